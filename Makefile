@@ -1,0 +1,42 @@
+# Arbiter build. Users need only Go; `make generate` also needs clang.
+GO       ?= go
+BIN      := bin
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+# Benchmarks: count and time per benchmark; override for quicker runs.
+BENCHTIME ?= 1s
+
+.PHONY: all build generate test bench demo clean fmt vet
+
+all: build
+
+## build: the arbiter binary (static, CGO off) and the stub CUDA driver
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/arbiter ./cmd/arbiter
+	$(GO) run ./internal/cudastub/cmd/stubbuild -out $(BIN)/stub
+
+## generate: rebuild the eBPF objects with clang (committed; users skip this)
+generate:
+	$(GO) generate ./bpf/...
+
+## test: vet and the whole test suite (eBPF tests need root; CI sets ARBITER_REQUIRE_BPF=1)
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 30m ./...
+
+## bench: every benchmark under ./..., figures recorded in docs/benchmarks.md
+bench:
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./...
+
+## demo: trace the stub inference and training workloads live (root)
+demo: build
+	./scripts/demo.sh
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,36 @@
+// Command arbiter is Arbiter's daemon and command-line tool: it traces CUDA
+// processes with eBPF, classifies them with Rego policies and enforces their
+// GPU SLOs through the NVIDIA driver's channel control.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at link time by the Makefile (-X main.version=...).
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd(version).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "arbiter:", err)
+		var ec exitCoder
+		if errors.As(err, &ec) {
+			os.Exit(ec.ExitCode())
+		}
+		os.Exit(1)
+	}
+}
+
+// exitCoder is an error that chooses the process exit status.
+type exitCoder interface {
+	error
+	ExitCode() int
+}
