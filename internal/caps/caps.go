@@ -1,0 +1,125 @@
+// Package caps reports which Linux capabilities the current process holds,
+// so commands can name exactly the privilege they miss instead of failing
+// later with a bare EPERM.
+package caps
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Cap is a Linux capability number (see capabilities(7)).
+type Cap uint
+
+// Capabilities Arbiter needs.
+const (
+	SysPtrace Cap = 19 // CAP_SYS_PTRACE: pidfd_getfd of another user's process
+	SysAdmin  Cap = 21 // CAP_SYS_ADMIN: eBPF on kernels before 5.8
+	Perfmon   Cap = 38 // CAP_PERFMON: attaching uprobes and tracepoints
+	BPF       Cap = 39 // CAP_BPF: loading programs and maps
+)
+
+// String returns the capability's name, e.g. "CAP_BPF".
+func (c Cap) String() string {
+	switch c {
+	case SysPtrace:
+		return "CAP_SYS_PTRACE"
+	case SysAdmin:
+		return "CAP_SYS_ADMIN"
+	case Perfmon:
+		return "CAP_PERFMON"
+	case BPF:
+		return "CAP_BPF"
+	}
+	return fmt.Sprintf("capability %d", uint(c))
+}
+
+// Set is a set of effective capabilities.
+type Set uint64
+
+// Has reports whether c is in the set.
+func (s Set) Has(c Cap) bool { return s&(1<<c) != 0 }
+
+// Effective reads the calling process's effective capability set from
+// /proc/self/status.
+func Effective() (Set, error) {
+	return effectiveFrom("/proc/self/status")
+}
+
+func effectiveFrom(path string) (Set, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("read capabilities: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		hex, ok := strings.CutPrefix(sc.Text(), "CapEff:")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read capabilities: %s: bad CapEff %q: %w", path, hex, err)
+		}
+		return Set(v), nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("read capabilities: %s: %w", path, err)
+	}
+	return 0, fmt.Errorf("read capabilities: %s has no CapEff line", path)
+}
+
+// Missing returns the capabilities of want that the process lacks. CAP_BPF
+// and CAP_PERFMON are each satisfied by CAP_SYS_ADMIN, as the kernel allows.
+func Missing(have Set, want ...Cap) []Cap {
+	var out []Cap
+	for _, c := range want {
+		if have.Has(c) {
+			continue
+		}
+		if (c == BPF || c == Perfmon) && have.Has(SysAdmin) {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Require returns an error naming every capability of want the process
+// lacks, with how to get them, or nil when it holds them all. what says
+// what needs them, e.g. "tracing CUDA calls".
+func Require(what string, want ...Cap) error {
+	have, err := Effective()
+	if err != nil {
+		return err
+	}
+	miss := Missing(have, want...)
+	if len(miss) == 0 {
+		return nil
+	}
+	names := make([]string, len(miss))
+	for i, c := range miss {
+		names[i] = c.String()
+	}
+	return &MissingError{What: what, Caps: miss, names: strings.Join(names, ", ")}
+}
+
+// MissingError says which capabilities an operation lacks.
+type MissingError struct {
+	What  string
+	Caps  []Cap
+	names string
+}
+
+// Error names the missing capabilities and how to obtain them.
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("%s needs %s: run as root (sudo) or grant them (setcap %s+ep, or the container's securityContext.capabilities)",
+		e.What, e.names, strings.ToLower(strings.ReplaceAll(e.names, " ", "")))
+}
+
+// ExitCode makes a missing privilege exit with status 77 (EX_NOPERM).
+func (e *MissingError) ExitCode() int { return 77 }
