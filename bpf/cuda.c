@@ -1,0 +1,405 @@
+//go:build ignore
+
+// CUDA driver API capture: entry uprobes on the launch, copy and sync
+// families of libcuda, return probes on the synchronizers, and the process
+// exec/exit tracepoints. Every event is one fixed-size struct event in one
+// ring buffer.
+//
+// The Func id of each attach point arrives through the BPF cookie
+// (UprobeOptions.Cookie, kernel 5.15+: bits 0-7 the trace.Func, bits 8-15
+// its trace.Kind), so one program serves every variant (_v2, _ptsz, _ptds)
+// of a family that shares an argument layout.
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+// "Dual BSD/GPL": bpf_probe_read_user, bpf_probe_read_kernel (behind
+// BPF_CORE_READ) and bpf_get_current_task are GPL-only helpers; the kernel
+// refuses them to programs without a GPL-compatible licence.
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+// Register file seen by a uprobe, per target architecture. Defined here
+// rather than taken from vmlinux.h so one source compiles for both targets
+// without the kernel's headers, and so the 6th and later arguments (absent
+// from older libbpf's PT_REGS_PARM macros) are reachable.
+#if defined(__TARGET_ARCH_x86)
+struct regs {
+	__u64 r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
+	__u64 ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
+#define ARG1(r) ((r)->di)
+#define ARG2(r) ((r)->si)
+#define ARG3(r) ((r)->dx)
+#define ARG4(r) ((r)->cx)
+#define ARG5(r) ((r)->r8)
+#define ARG6(r) ((r)->r9)
+#define RET(r) ((r)->ax)
+#define SP(r) ((r)->sp)
+// Arguments past the 6th are on the stack above the return address: the
+// 7th at SP+8 at function entry (the probe fires before the prologue runs).
+#define REG_ARGS 6
+#define STACK_ARG_BASE 8
+#elif defined(__TARGET_ARCH_arm64)
+struct regs {
+	__u64 regs[31];
+	__u64 sp, pc, pstate;
+};
+#define ARG1(r) ((r)->regs[0])
+#define ARG2(r) ((r)->regs[1])
+#define ARG3(r) ((r)->regs[2])
+#define ARG4(r) ((r)->regs[3])
+#define ARG5(r) ((r)->regs[4])
+#define ARG6(r) ((r)->regs[5])
+#define ARG7(r) ((r)->regs[6])
+#define ARG8(r) ((r)->regs[7])
+#define RET(r) ((r)->regs[0])
+#define SP(r) ((r)->sp)
+// AAPCS64: x0-x7 carry the first 8 arguments; the 9th and later are in
+// 8-byte slots from SP upwards (the return address is in x30, not on the
+// stack).
+#define REG_ARGS 8
+#define STACK_ARG_BASE 0
+#else
+#error "unsupported target architecture: build with bpf2go -target amd64,arm64"
+#endif
+
+// Event kinds and the Func ids this program needs by name; the values are
+// trace.Kind and trace.Func (the Go side checks them in a test).
+enum {
+	KIND_LAUNCH = 1,
+	KIND_COPY = 2,
+	KIND_SYNC = 3,
+	KIND_EXEC = 4,
+	KIND_EXIT = 5,
+};
+
+// event is the one record of the ring buffer. Fields by kind:
+//   launch: args[0] function (or graph exec), args[1] stream,
+//           dims[0..2] grid, dims[3..5] block, dims[6] shared memory bytes
+//   copy:   args[0..3] the call's first four arguments as passed; the
+//           reader maps them to device/host/bytes/stream by Func
+//   sync:   args[0] handle, args[1] second handle, args[2] duration ns,
+//           result the returned CUresult
+//   exec:   args[0..1] comm (16 bytes), dims[0] parent tgid
+//   exit:   args[0..1] comm, result the exit code
+// time is the entry time (bpf_ktime_get_ns) of the call.
+struct event {
+	__u64 time;
+	__u64 cgroup;
+	__u64 args[4];
+	__u32 pid;
+	__u32 tid;
+	__u32 dims[7];
+	__s32 result;
+	__u8 kind;
+	__u8 func;
+	__u8 pad[6];
+};
+
+// Referenced so that the type is in BTF (bpf2go -type event) although it is
+// only ever reached through bpf_ringbuf_reserve.
+const struct event *unused_event __attribute__((unused));
+
+// Filter modes (filter_mode).
+enum {
+	FILTER_ALL = 0,
+	FILTER_LISTED = 1,
+};
+
+// Set by the loader before load (spec.Variables).
+const volatile __u8 filter_mode = FILTER_ALL;
+// The reader is woken only when more than this many bytes wait in the ring;
+// below it, records are submitted with BPF_RB_NO_WAKEUP and the reader finds
+// them when its poll deadline expires. 0 wakes on every record.
+const volatile __u64 wakeup_bytes = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24);
+} events SEC(".maps");
+
+// Reserve failures (a full ring), per CPU so the count costs no atomics.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+// Processes (tgid) and cgroup v2 ids traced in FILTER_LISTED mode.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} filter_tgids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, __u8);
+} filter_cgroups SEC(".maps");
+
+// A synchronizer's entry, kept until its return probe fires.
+struct sync_entry {
+	__u64 time;
+	__u64 handle;
+	__u64 other;
+	__u8 func;
+};
+
+// LRU so that entries of threads killed inside a call age out.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct sync_entry);
+} sync_entries SEC(".maps");
+
+static __always_inline int traced(__u32 tgid, __u64 cgroup)
+{
+	if (filter_mode == FILTER_ALL)
+		return 1;
+	if (bpf_map_lookup_elem(&filter_tgids, &tgid))
+		return 1;
+	if (bpf_map_lookup_elem(&filter_cgroups, &cgroup))
+		return 1;
+	return 0;
+}
+
+static __always_inline void count_drop(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&drops, &zero);
+	if (n)
+		*n += 1;
+}
+
+// reserve returns a zeroed record with the common header filled in, or NULL
+// (counted as a drop) when the ring is full.
+static __always_inline struct event *reserve(__u64 pid_tgid, __u64 cgroup, __u8 kind, __u64 cookie)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop();
+		return NULL;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->cgroup = cgroup;
+	e->kind = kind;
+	e->func = (__u8)cookie;
+	return e;
+}
+
+static __always_inline void submit(struct event *e)
+{
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
+// stack_arg reads the n-th (1-based) argument that the calling convention
+// passes on the stack.
+static __always_inline __u64 stack_arg(struct regs *r, int n)
+{
+	__u64 v = 0;
+	bpf_probe_read_user(&v, sizeof(v), (void *)(SP(r) + STACK_ARG_BASE + 8 * (n - REG_ARGS - 1)));
+	return v;
+}
+
+#if defined(__TARGET_ARCH_x86)
+#define LAUNCH_ARG7(r) stack_arg(r, 7)
+#define LAUNCH_ARG8(r) stack_arg(r, 8)
+#else
+#define LAUNCH_ARG7(r) ARG7(r)
+#define LAUNCH_ARG8(r) ARG8(r)
+#endif
+
+// cuLaunchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ,
+//                sharedMemBytes, hStream, kernelParams, extra)
+// and cuLaunchCooperativeKernel (same first nine arguments), with their
+// _ptsz forms.
+SEC("uprobe")
+int uprobe_launch(struct regs *r)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cgroup = bpf_get_current_cgroup_id();
+	if (!traced(pid_tgid >> 32, cgroup))
+		return 0;
+	__u64 time = bpf_ktime_get_ns();
+	struct event *e = reserve(pid_tgid, cgroup, KIND_LAUNCH, bpf_get_attach_cookie(r));
+	if (!e)
+		return 0;
+	e->time = time;
+	e->args[0] = ARG1(r);
+	e->dims[0] = ARG2(r);
+	e->dims[1] = ARG3(r);
+	e->dims[2] = ARG4(r);
+	e->dims[3] = ARG5(r);
+	e->dims[4] = ARG6(r);
+	e->dims[5] = LAUNCH_ARG7(r);
+	e->dims[6] = LAUNCH_ARG8(r);
+	e->args[1] = stack_arg(r, 9);
+	submit(e);
+	return 0;
+}
+
+// The leading part of CUlaunchConfig (cuda.h): seven unsigned ints, then the
+// stream at offset 32.
+struct launch_config {
+	__u32 dims[7];
+	__u32 pad;
+	__u64 stream;
+};
+
+// cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+//                  void **kernelParams, void **extra) and its _ptsz form.
+SEC("uprobe")
+int uprobe_launch_ex(struct regs *r)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cgroup = bpf_get_current_cgroup_id();
+	if (!traced(pid_tgid >> 32, cgroup))
+		return 0;
+	__u64 time = bpf_ktime_get_ns();
+	struct event *e = reserve(pid_tgid, cgroup, KIND_LAUNCH, bpf_get_attach_cookie(r));
+	if (!e)
+		return 0;
+	struct launch_config cfg = {};
+	if (bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(r)) == 0) {
+		__builtin_memcpy(e->dims, cfg.dims, sizeof(e->dims));
+		e->args[1] = cfg.stream;
+	}
+	e->time = time;
+	e->args[0] = ARG2(r);
+	submit(e);
+	return 0;
+}
+
+// Copies (cuMemcpyHtoD*, cuMemcpyDtoH*) and cuGraphLaunch: the first four
+// register arguments as passed; the reader knows each Func's layout.
+SEC("uprobe")
+int uprobe_args(struct regs *r)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cgroup = bpf_get_current_cgroup_id();
+	if (!traced(pid_tgid >> 32, cgroup))
+		return 0;
+	__u64 time = bpf_ktime_get_ns();
+	__u64 cookie = bpf_get_attach_cookie(r);
+	struct event *e = reserve(pid_tgid, cgroup, (__u8)(cookie >> 8), cookie);
+	if (!e)
+		return 0;
+	e->time = time;
+	e->args[0] = ARG1(r);
+	e->args[1] = ARG2(r);
+	e->args[2] = ARG3(r);
+	e->args[3] = ARG4(r);
+	submit(e);
+	return 0;
+}
+
+// Synchronizers: the entry keeps the time and handles until the return.
+SEC("uprobe")
+int uprobe_sync(struct regs *r)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!traced(pid_tgid >> 32, bpf_get_current_cgroup_id()))
+		return 0;
+	struct sync_entry s = {
+		.time = bpf_ktime_get_ns(),
+		.handle = ARG1(r),
+		.other = ARG2(r),
+		.func = (__u8)bpf_get_attach_cookie(r),
+	};
+	bpf_map_update_elem(&sync_entries, &pid_tgid, &s, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int uretprobe_sync(struct regs *r)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct sync_entry *s = bpf_map_lookup_elem(&sync_entries, &pid_tgid);
+	if (!s)
+		return 0;
+	struct event *e = reserve(pid_tgid, bpf_get_current_cgroup_id(), KIND_SYNC, s->func);
+	if (e) {
+		e->time = s->time;
+		e->args[0] = s->handle;
+		e->args[1] = s->other;
+		e->args[2] = now - s->time;
+		e->result = (__s32)RET(r);
+		submit(e);
+	}
+	bpf_map_delete_elem(&sync_entries, &pid_tgid);
+	return 0;
+}
+
+// An empty program: the baseline of the probe-cost benchmark (the cost of
+// the trap alone at the same attach point).
+SEC("uprobe")
+int uprobe_noop(struct regs *r)
+{
+	return 0;
+}
+
+// Minimal kernel types for CO-RE reads; field offsets are relocated against
+// the running kernel's BTF.
+struct signal_struct {
+	struct {
+		int counter;
+	} live;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int tgid;
+	int exit_code;
+	struct task_struct *real_parent;
+	struct signal_struct *signal;
+} __attribute__((preserve_access_index));
+
+SEC("tracepoint/sched/sched_process_exec")
+int tracepoint_exec(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cgroup = bpf_get_current_cgroup_id();
+	if (!traced(pid_tgid >> 32, cgroup))
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct event *e = reserve(pid_tgid, cgroup, KIND_EXEC, 0);
+	if (!e)
+		return 0;
+	e->time = bpf_ktime_get_ns();
+	e->dims[0] = BPF_CORE_READ(task, real_parent, tgid);
+	bpf_get_current_comm(&e->args, 16);
+	submit(e);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int tracepoint_exit(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cgroup = bpf_get_current_cgroup_id();
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	// One event per process: when its last thread exits.
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return 0;
+	if (!traced(pid_tgid >> 32, cgroup))
+		return 0;
+	struct event *e = reserve(pid_tgid, cgroup, KIND_EXIT, 0);
+	if (!e)
+		return 0;
+	e->time = bpf_ktime_get_ns();
+	e->result = BPF_CORE_READ(task, exit_code);
+	bpf_get_current_comm(&e->args, 16);
+	submit(e);
+	return 0;
+}

@@ -1,0 +1,200 @@
+package uprobe
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// defaultSearchDirs are searched for libcuda.so* besides ld.so.cache: where
+// distributions and the NVIDIA installers put the driver library.
+var defaultSearchDirs = []string{
+	"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+	"/usr/lib64", "/usr/lib", "/lib64", "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+	"/usr/local/nvidia/lib64", "/usr/local/cuda/compat",
+}
+
+// fileID identifies a library file independently of the path it is reached
+// through.
+type fileID struct{ dev, ino uint64 }
+
+// candidate is one library file found by discovery.
+type candidate struct {
+	id   fileID
+	path string
+	// source says how it was found, for error messages.
+	source string
+}
+
+// isLibcuda reports whether a file name is the driver library (libcuda.so,
+// libcuda.so.1, libcuda.so.550.54.15), not libcudart or libcudnn.
+func isLibcuda(path string) bool {
+	base := filepath.Base(path)
+	return base == "libcuda.so" || strings.HasPrefix(base, "libcuda.so.")
+}
+
+// discover returns every distinct libcuda file reachable now: the extra
+// paths, the ld.so.cache entries, the search directories, and every file
+// mapped by a process (through /proc/PID/root so that files inside other
+// mount namespaces are found, or /proc/PID/map_files for deleted ones).
+// Files are de-duplicated by (device, inode); the first path found wins,
+// host paths before container paths. Errors about single entries (a process
+// that exited mid-scan) are ignored; an extra path that cannot be read is
+// reported.
+func discover(o *Options) ([]candidate, error) {
+	seen := map[fileID]bool{}
+	var out []candidate
+	add := func(path, source string) error {
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			return err
+		}
+		if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			return fmt.Errorf("%s is not a regular file", path)
+		}
+		id := fileID{uint64(st.Dev), st.Ino}
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, candidate{id: id, path: path, source: source})
+		}
+		return nil
+	}
+	var errs []error
+	for _, p := range o.Libraries {
+		if err := add(p, "Options.Libraries"); err != nil {
+			errs = append(errs, fmt.Errorf("library %s: %w", p, err))
+		}
+	}
+	if o.LdCache != "-" {
+		if data, err := os.ReadFile(o.LdCache); err == nil {
+			entries, err := parseLdCache(data)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", o.LdCache, err))
+			}
+			for _, e := range entries {
+				if isLibcuda(e[0]) {
+					_ = add(e[1], o.LdCache)
+				}
+			}
+		}
+	}
+	for _, dir := range o.SearchDirs {
+		matches, _ := filepath.Glob(filepath.Join(dir, "libcuda.so*"))
+		for _, m := range matches {
+			_ = add(m, "directory "+dir)
+		}
+	}
+	for _, m := range mappedLibraries(o.ProcRoot) {
+		// The plain path first: for a process in the daemon's own mount
+		// namespace it names the same file and reads better.
+		if m.deleted {
+			_ = add(m.mapFile, "deleted mapping of pid "+m.pid)
+			continue
+		}
+		if st, err := os.Stat(m.path); err == nil {
+			if s, ok := st.Sys().(*syscall.Stat_t); ok && s.Ino == m.ino && uint64(s.Dev) == m.dev {
+				_ = add(m.path, "maps of pid "+m.pid)
+				continue
+			}
+		}
+		_ = add(filepath.Join(o.ProcRoot, m.pid, "root", m.path), "maps of pid "+m.pid)
+	}
+	return out, errors.Join(errs...)
+}
+
+// mapping is one libcuda file mapped by a process.
+type mapping struct {
+	pid, path, mapFile string
+	dev, ino           uint64
+	deleted            bool
+}
+
+// mappedLibraries scans procRoot/*/maps for libcuda mappings, one per file
+// per process.
+func mappedLibraries(procRoot string) []mapping {
+	ents, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil
+	}
+	var out []mapping
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		out = append(out, processMappings(procRoot, e.Name())...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out
+}
+
+func processMappings(procRoot, pid string) []mapping {
+	f, err := os.Open(filepath.Join(procRoot, pid, "maps"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []mapping
+	seen := map[fileID]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		m, ok := parseMapsLine(sc.Text())
+		if !ok || !isLibcuda(m.path) {
+			continue
+		}
+		id := fileID{m.dev, m.ino}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		m.pid = pid
+		m.mapFile = filepath.Join(procRoot, pid, "map_files", m.mapFile)
+		out = append(out, m)
+	}
+	return out
+}
+
+// parseMapsLine parses one /proc/PID/maps line:
+// "7f..-7f.. r-xp 00000000 fd:01 1234 /usr/lib/libcuda.so.1 (deleted)".
+// mapFile is set to the address range (the map_files entry name).
+func parseMapsLine(line string) (mapping, bool) {
+	var m mapping
+	fields := strings.Fields(line)
+	if len(fields) < 6 {
+		return m, false
+	}
+	i := strings.Index(line, fields[5])
+	if !strings.HasPrefix(fields[5], "/") || i < 0 {
+		return m, false
+	}
+	m.path = line[i:]
+	if p, ok := strings.CutSuffix(m.path, " (deleted)"); ok {
+		m.path, m.deleted = p, true
+	}
+	maj, min, ok := strings.Cut(fields[3], ":")
+	if !ok {
+		return m, false
+	}
+	ma, err1 := strconv.ParseUint(maj, 16, 32)
+	mi, err2 := strconv.ParseUint(min, 16, 32)
+	ino, err3 := strconv.ParseUint(fields[4], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || ino == 0 {
+		return m, false
+	}
+	m.dev = mkdev(ma, mi)
+	m.ino = ino
+	m.mapFile = fields[0]
+	return m, true
+}
+
+// mkdev encodes a device number as the kernel's stat does (glibc's
+// makedev).
+func mkdev(major, minor uint64) uint64 {
+	return (major&0xfff)<<8 | (major&^0xfff)<<32 | (minor & 0xff) | (minor&^0xff)<<12
+}

@@ -1,0 +1,23 @@
+// Package uprobe captures CUDA driver API calls of unmodified processes with
+// eBPF uprobes on libcuda.
+//
+// Open finds every distinct libcuda file in use on the node (mapped by a
+// running process, named by the dynamic linker's cache or a standard library
+// directory, or reached inside a container through /proc/PID/root),
+// de-duplicated by device and inode; it resolves each probed symbol's
+// default version from .dynsym, chooses an attach offset the kernel can
+// emulate rather than single-step, and attaches the programs of package bpf
+// to every variant the library exports. A periodic rescan attaches library
+// files that appear later (a new container, a driver upgrade) and detaches
+// those that vanish.
+//
+// One goroutine drains the ring buffer, polling with a short deadline
+// because the probes wake it only past a fill threshold, and decodes the
+// records into trace.Event values without allocating; Read hands them out.
+// Records the kernel could not queue because the ring was full are counted
+// (Stats.Drops), never waited for: the traced application is not slowed
+// beyond the probe's own cost.
+//
+// Decode is pure and needs no privileges; everything else needs CAP_BPF and
+// CAP_PERFMON (or root) and a kernel with BPF cookies (5.15+).
+package uprobe

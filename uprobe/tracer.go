@@ -1,0 +1,375 @@
+package uprobe
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/gpu-arbiter/arbiter/bpf"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// ErrClosed is returned by Read once the Tracer is closed.
+var ErrClosed = errors.New("uprobe tracer closed")
+
+// Defaults of Options.
+const (
+	DefaultProcRoot       = "/proc"
+	DefaultRescanInterval = 2 * time.Second
+	DefaultRingBufferSize = 16 << 20
+)
+
+// pollInterval bounds how long a record may wait in the ring: the probes
+// wake the reader only past WakeupBytes, so the reader polls this often.
+const pollInterval = 10 * time.Millisecond
+
+// Options configure Open. A nil *Options means all defaults.
+type Options struct {
+	// Libraries are extra libcuda paths to attach besides those discovered.
+	Libraries []string
+	// ProcRoot is where procfs is mounted; default "/proc".
+	ProcRoot string
+	// RescanInterval is how often the library discovery runs again; default
+	// 2s, negative disables rescanning.
+	RescanInterval time.Duration
+	// PIDs, when not empty, restricts tracing in the kernel to these
+	// processes (thread-group ids).
+	PIDs []uint32
+	// Cgroups, when not empty, restricts tracing in the kernel to tasks in
+	// these cgroup v2 ids (with PIDs: either matches).
+	Cgroups []uint64
+	// RingBufferSize is the ring buffer's size in bytes, a power of two and
+	// a multiple of the page size; 0 means DefaultRingBufferSize.
+	RingBufferSize int
+
+	// WakeupBytes is the fill level past which a probe wakes the reader;
+	// below it the reader finds records when its ~10 ms poll expires. 0
+	// means a quarter of the ring; negative wakes on every record (each
+	// wakeup roughly doubles the probe's cost).
+	WakeupBytes int
+	// SearchDirs replace the standard library directories searched for
+	// libcuda.so* besides the dynamic linker's cache; nil means the defaults.
+	SearchDirs []string
+	// LdCache is the dynamic linker's cache; default "/etc/ld.so.cache",
+	// "-" skips it.
+	LdCache string
+
+	// mode replaces the programs for the probe-cost benchmarks.
+	mode probeMode
+}
+
+// withDefaults returns a copy of o (nil allowed) with defaults filled in.
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.ProcRoot == "" {
+		r.ProcRoot = DefaultProcRoot
+	}
+	if r.RescanInterval == 0 {
+		r.RescanInterval = DefaultRescanInterval
+	}
+	if r.RingBufferSize == 0 {
+		r.RingBufferSize = DefaultRingBufferSize
+	}
+	if r.WakeupBytes == 0 {
+		r.WakeupBytes = r.RingBufferSize / 4
+	}
+	if r.SearchDirs == nil {
+		r.SearchDirs = defaultSearchDirs
+	}
+	if r.LdCache == "" {
+		r.LdCache = "/etc/ld.so.cache"
+	}
+	return r
+}
+
+// Stats are a Tracer's counters and its attached libraries.
+type Stats struct {
+	// Events is the number of records decoded and queued for Read.
+	Events uint64
+	// Drops is the number of records the probes could not queue because the
+	// ring buffer was full (kernel reserve failures).
+	Drops uint64
+	// DecodeErrors counts records that did not decode.
+	DecodeErrors uint64
+	// Libraries are the libcuda files currently attached.
+	Libraries []Library
+	// ScanError is the last periodic rescan's error, empty if it succeeded.
+	ScanError string
+}
+
+// Library is one distinct libcuda file and what was attached in it.
+type Library struct {
+	// Path is the path it was attached through (for a library seen only
+	// inside a container, a /proc/PID/root/... path).
+	Path string
+	// Dev and Inode identify the file.
+	Dev, Inode uint64
+	// Attached are the probed symbols found and attached, Missing the
+	// probed symbols the library does not export.
+	Attached, Missing []string
+	// Probes say where each attached symbol was probed.
+	Probes []Probe
+	// Error says why a discovered file could not be attached (not an ELF
+	// shared object, a symbol in no executable segment); empty when it was.
+	Error string
+}
+
+// Probe is one attached symbol.
+type Probe struct {
+	// Func is the probed function.
+	Func trace.Func
+	// Symbol is the resolved dynamic symbol with its version, e.g.
+	// "cuStreamSynchronize@@LIBCUDA_2.0" (no suffix when unversioned).
+	Symbol string
+	// Address is the symbol's file offset, Offset where the probe sits
+	// relative to it (4 after an endbr64 whose successor the kernel
+	// emulates, else 0).
+	Address, Offset uint64
+	// Prologue are the symbol's first bytes as found in the file.
+	Prologue []byte
+	// Return is true where a return probe is attached too.
+	Return bool
+}
+
+// Tracer captures CUDA driver calls. Its methods are safe for concurrent
+// use, except that Read is meant for one consumer goroutine.
+type Tracer struct {
+	opts  Options
+	objs  bpf.CudaObjects
+	procs []link.Link // exec/exit tracepoints
+	ring  *ringbuf.Reader
+	q     *queue
+	done  chan struct{}
+	wg    sync.WaitGroup
+
+	events       atomic.Uint64
+	decodeErrors atomic.Uint64
+
+	mu        sync.Mutex // guards libraries and scanErr
+	libraries map[fileID]*attachedLibrary
+	scanErr   error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open loads the eBPF programs, attaches the exec/exit tracepoints,
+// discovers and attaches every libcuda file in use and starts the reader
+// and the periodic rescan. It needs CAP_BPF and CAP_PERFMON (or root) and
+// kernel 5.15+ (BPF cookies on uprobes). Finding no libcuda is not an
+// error: the rescan attaches libraries as they appear. A path in
+// Options.Libraries that cannot be attached is.
+func Open(opts *Options) (*Tracer, error) {
+	o := opts.withDefaults()
+	if n := o.RingBufferSize; n < os.Getpagesize() || n&(n-1) != 0 {
+		return nil, fmt.Errorf("ring buffer size %d: must be a power of two of at least one page (%d)", n, os.Getpagesize())
+	}
+	spec, err := bpf.LoadCuda()
+	if err != nil {
+		return nil, fmt.Errorf("load CUDA probe spec: %w", err)
+	}
+	spec.Maps[bpf.CudaMapEvents].MaxEntries = uint32(o.RingBufferSize)
+	mode := bpf.FilterAll
+	if len(o.PIDs) > 0 || len(o.Cgroups) > 0 {
+		mode = bpf.FilterListed
+	}
+	wake := uint64(0)
+	if o.WakeupBytes > 0 {
+		wake = uint64(o.WakeupBytes)
+	}
+	if err := spec.Variables[bpf.CudaVarFilterMode].Set(mode); err != nil {
+		return nil, fmt.Errorf("set filter mode: %w", err)
+	}
+	if err := spec.Variables[bpf.CudaVarWakeupBytes].Set(wake); err != nil {
+		return nil, fmt.Errorf("set wakeup threshold: %w", err)
+	}
+	t := &Tracer{opts: o, done: make(chan struct{}), libraries: map[fileID]*attachedLibrary{}}
+	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
+		return nil, fmt.Errorf("load CUDA probes (needs CAP_BPF and CAP_PERFMON; on kernels before 5.11 MEMLOCK may be too low, consider rlimit.RemoveMemlock): %w", err)
+	}
+	fail := func(err error) (*Tracer, error) {
+		return nil, errors.Join(err, t.Close())
+	}
+	one := uint8(1)
+	for _, pid := range o.PIDs {
+		if err := t.objs.FilterTgids.Put(pid, one); err != nil {
+			return fail(fmt.Errorf("add pid %d to the filter: %w", pid, err))
+		}
+	}
+	for _, cg := range o.Cgroups {
+		if err := t.objs.FilterCgroups.Put(cg, one); err != nil {
+			return fail(fmt.Errorf("add cgroup %d to the filter: %w", cg, err))
+		}
+	}
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sched_process_exec", t.objs.TracepointExec}, {"sched_process_exit", t.objs.TracepointExit}} {
+		l, err := link.Tracepoint("sched", tp.name, tp.prog, nil)
+		if err != nil {
+			return fail(fmt.Errorf("attach tracepoint sched/%s: %w", tp.name, err))
+		}
+		t.procs = append(t.procs, l)
+	}
+	t.ring, err = ringbuf.NewReader(t.objs.Events)
+	if err != nil {
+		return fail(fmt.Errorf("open ring buffer: %w", err))
+	}
+	t.q = newQueue()
+	if err := t.rescan(); err != nil {
+		return fail(err)
+	}
+	t.wg.Add(1)
+	go t.readLoop()
+	if o.RescanInterval > 0 {
+		t.wg.Add(1)
+		go t.rescanLoop()
+	}
+	return t, nil
+}
+
+// Read blocks until the next event and stores it in ev. After Close it
+// returns an error for which errors.Is(err, ErrClosed) holds.
+func (t *Tracer) Read(ev *trace.Event) error {
+	return t.q.read(ev, t.done)
+}
+
+// Stats returns the counters and the attached libraries.
+func (t *Tracer) Stats() Stats {
+	s := Stats{
+		Events:       t.events.Load(),
+		DecodeErrors: t.decodeErrors.Load(),
+		Drops:        t.drops(),
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.scanErr != nil {
+		s.ScanError = t.scanErr.Error()
+	}
+	for _, l := range t.libraries {
+		s.Libraries = append(s.Libraries, l.info())
+	}
+	sortLibraries(s.Libraries)
+	return s
+}
+
+// Rescan runs library discovery now, attaching new files and detaching
+// vanished ones, as the periodic rescan does. It returns the error of an
+// Options.Libraries path that could not be attached.
+func (t *Tracer) Rescan() error {
+	select {
+	case <-t.done:
+		return ErrClosed
+	default:
+	}
+	return t.rescan()
+}
+
+// Close detaches every probe, stops the reader and the rescan and frees the
+// eBPF objects, in reverse order of Open. It unblocks Read and is
+// idempotent; later calls return the first call's result.
+func (t *Tracer) Close() error {
+	t.closeOnce.Do(func() {
+		close(t.done)
+		var errs []error
+		// The rescan goroutine must be gone before libraries are detached,
+		// so that it cannot attach new ones behind Close.
+		if t.ring != nil {
+			errs = append(errs, t.ring.Close())
+		}
+		t.wg.Wait()
+		t.mu.Lock()
+		libs := make([]*attachedLibrary, 0, len(t.libraries))
+		for _, l := range t.libraries {
+			libs = append(libs, l)
+		}
+		t.libraries = map[fileID]*attachedLibrary{}
+		t.mu.Unlock()
+		for _, l := range slices.Backward(libs) {
+			errs = append(errs, l.close())
+		}
+		for i := len(t.procs) - 1; i >= 0; i-- {
+			errs = append(errs, t.procs[i].Close())
+		}
+		errs = append(errs, t.objs.Close())
+		t.closeErr = errors.Join(errs...)
+	})
+	return t.closeErr
+}
+
+// drops sums the per-CPU reserve-failure counters.
+func (t *Tracer) drops() uint64 {
+	var perCPU []uint64
+	if err := t.objs.Drops.Lookup(uint32(0), &perCPU); err != nil {
+		return 0
+	}
+	var n uint64
+	for _, v := range perCPU {
+		n += v
+	}
+	return n
+}
+
+// rescan attaches newly discovered library files and detaches vanished
+// ones.
+func (t *Tracer) rescan() error {
+	cands, err := discover(&t.opts)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	present := map[fileID]bool{}
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, c := range cands {
+		present[c.id] = true
+		if _, ok := t.libraries[c.id]; ok {
+			continue
+		}
+		l, err := attachLibrary(&t.objs, c, t.opts.mode)
+		if err != nil {
+			// Remembered (Stats shows why) so it is not retried each scan;
+			// a replaced file has a new inode and is tried afresh.
+			l = &attachedLibrary{cand: c, err: err}
+			if c.source == "Options.Libraries" {
+				errs = append(errs, err)
+			}
+		}
+		t.libraries[c.id] = l
+	}
+	for id, l := range t.libraries {
+		if !present[id] {
+			errs = append(errs, l.close())
+			delete(t.libraries, id)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *Tracer) rescanLoop() {
+	defer t.wg.Done()
+	tick := time.NewTicker(t.opts.RescanInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.done:
+			return
+		case <-tick.C:
+			err := t.rescan()
+			t.mu.Lock()
+			t.scanErr = err
+			t.mu.Unlock()
+		}
+	}
+}
