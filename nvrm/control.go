@@ -1,0 +1,408 @@
+package nvrm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Errors of channel control, besides the driver's own statuses.
+var (
+	// ErrProcessExited is returned when the target process is gone (or
+	// its pid now names another process).
+	ErrProcessExited = errors.New("process exited")
+	// ErrNotControlFile is returned when the target's descriptor is not
+	// the driver's control device (closed and reused since it was traced).
+	ErrNotControlFile = errors.New("descriptor is not the driver's control device")
+	// ErrCallTimeout is returned when the driver did not answer within
+	// ControllerOptions.Timeout.
+	ErrCallTimeout = errors.New("driver call timed out")
+	// ErrNoGroups is returned when a traced process has no channel group
+	// on the GPU asked for.
+	ErrNoGroups = errors.New("no channel groups traced on that GPU")
+)
+
+// DefaultCallTimeout bounds one driver call. RM controls on a GSP GPU are
+// a synchronous RPC that takes well under a millisecond; PREEMPT with
+// bWait waits for the context switch, which the driver itself bounds at
+// one second (MaxPreemptTimeoutUs).
+const DefaultCallTimeout = 2 * time.Second
+
+// Controller issues channel-group controls on other processes' RM objects,
+// through each process's own control file. Its methods are safe for
+// concurrent use.
+type Controller struct {
+	reg  *Registry
+	opts ControllerOptions
+}
+
+// ControllerOptions configures a Controller. Only Layout has no default.
+type ControllerOptions struct {
+	// Layout is the driver's parameter layouts (DetectLayout).
+	Layout Layout
+	// ControlRdev is the device number a target's descriptor must have;
+	// zero means ControlRdev (195:255). Tests point it at a stand-in.
+	ControlRdev Rdev
+	// Timeout bounds each driver call (zero: DefaultCallTimeout). The
+	// ioctl cannot be cancelled: past the timeout the call reports
+	// ErrCallTimeout and the duplicated descriptor is closed when the
+	// driver returns.
+	Timeout time.Duration
+	// AcceptErrno, where set, treats an ioctl failing with that errno as
+	// one RM ran, and reads the status from the parameter block. It
+	// exists for a stand-in control file, where no driver answers
+	// (ENOTTY), so that whole control sequences can be exercised.
+	AcceptErrno syscall.Errno
+}
+
+// NewController returns a Controller acting on the processes of reg.
+func NewController(reg *Registry, opts *ControllerOptions) (*Controller, error) {
+	c := &Controller{reg: reg}
+	if opts != nil {
+		c.opts = *opts
+	}
+	if c.opts.Layout.ScheduleSize != 2 && c.opts.Layout.ScheduleSize != 3 {
+		return nil, fmt.Errorf("nvrm: controller: no driver layout (GPFIFO_SCHEDULE size %d): use DetectLayout", c.opts.Layout.ScheduleSize)
+	}
+	if c.opts.ControlRdev == 0 {
+		c.opts.ControlRdev = ControlRdev
+	}
+	if c.opts.Timeout <= 0 {
+		c.opts.Timeout = DefaultCallTimeout
+	}
+	return c, nil
+}
+
+// Registry returns the registry the controller acts on.
+func (c *Controller) Registry() *Registry { return c.reg }
+
+// SetTimeslice sets the timeslice of pid's channel groups on GPU gpu
+// (every GPU where gpu < 0) to us microseconds, and keeps it: Follow
+// re-applies it when the process sets its own. It returns the first
+// driver status that was not NV_OK, as a *StatusError.
+func (c *Controller) SetTimeslice(pid uint32, gpu int, us uint64) error {
+	groups, err := c.groups(pid, gpu)
+	if err != nil {
+		return err
+	}
+	c.reg.setDesiredTimeslice(pid, gpu, us)
+	return c.onGroups(pid, groups, func(f *rmFile, g Group) error {
+		if err := f.setTimeslice(g, us); err != nil {
+			return err
+		}
+		c.reg.setGroup(pid, g, func(o *object) { o.Timeslice, o.TimesliceBy = us, "arbiter" })
+		return nil
+	})
+}
+
+// Timeslice reads the timeslice of each of pid's channel groups on GPU gpu
+// (GET_TIMESLICE: the last value set, not the hardware's rounding).
+func (c *Controller) Timeslice(pid uint32, gpu int) (map[uint32]uint64, error) {
+	groups, err := c.groups(pid, gpu)
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint32]uint64{}
+	err = c.onGroups(pid, groups, func(f *rmFile, g Group) error {
+		p := TimesliceParams{}
+		if err := f.control(g, CtrlGetTimeslice, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p))); err != nil {
+			return err
+		}
+		out[g.Handle] = p.TimesliceUs
+		return nil
+	})
+	return out, err
+}
+
+// SetInterleave sets the interleave level of all of pid's channel groups.
+func (c *Controller) SetInterleave(pid uint32, level InterleaveLevel) error {
+	if level > InterleaveHigh {
+		return fmt.Errorf("nvrm: interleave level %d: want 0 (low), 1 (medium) or 2 (high)", uint32(level))
+	}
+	groups, err := c.groups(pid, -1)
+	if err != nil {
+		return err
+	}
+	return c.onGroups(pid, groups, func(f *rmFile, g Group) error {
+		p := InterleaveParams{Level: uint32(level)}
+		if err := f.control(g, CtrlSetInterleaveLevel, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p))); err != nil {
+			return err
+		}
+		c.reg.setGroup(pid, g, func(o *object) { o.Interleave = int32(level) })
+		return nil
+	})
+}
+
+// Suspend takes pid's channel groups on GPU gpu (every GPU where gpu < 0)
+// off the GPU: scheduling disabled (GPFIFO_SCHEDULE{bEnable=0}), then
+// preempted (PREEMPT{bWait=1}). The groups are recorded as suspended in the
+// registry's state file before the first control, so that a crash cannot
+// leave them suspended unnoticed: ResumeAll at the next start resumes them.
+func (c *Controller) Suspend(pid uint32, gpu int) error {
+	groups, err := c.groups(pid, gpu)
+	if err != nil {
+		return err
+	}
+	if err := c.reg.markSuspended(pid, groups); err != nil {
+		return err
+	}
+	err = c.onGroups(pid, groups, func(f *rmFile, g Group) error {
+		if err := f.schedule(g, false, c.opts.Layout.ScheduleSize); err != nil {
+			return err
+		}
+		c.reg.setGroup(pid, g, func(o *object) { o.Disabled = true })
+		p := PreemptParams{BWait: 1}
+		return f.control(g, CtrlPreempt, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p)))
+	})
+	if errors.Is(err, ErrProcessExited) {
+		c.reg.Forget(pid)
+		_ = c.reg.Save()
+	}
+	return err
+}
+
+// Resume schedules pid's channel groups on GPU gpu again
+// (GPFIFO_SCHEDULE{bEnable=1}) and forgets that they were suspended.
+func (c *Controller) Resume(pid uint32, gpu int) error {
+	groups, err := c.groups(pid, gpu)
+	if err != nil {
+		return err
+	}
+	err = c.onGroups(pid, groups, func(f *rmFile, g Group) error {
+		if err := f.schedule(g, true, c.opts.Layout.ScheduleSize); err != nil {
+			return err
+		}
+		c.reg.setGroup(pid, g, func(o *object) { o.Disabled = false })
+		return nil
+	})
+	if errors.Is(err, ErrProcessExited) {
+		// Nothing left to resume.
+		c.reg.Forget(pid)
+		return errors.Join(err, c.reg.Save())
+	}
+	if err == nil {
+		err = c.reg.clearSuspended(pid, groups)
+	}
+	return err
+}
+
+// ResumeAll resumes every channel group the registry holds suspended: at
+// start, those a previous run left behind; at a clean exit, its own. It
+// returns the errors of the groups it could not resume; a process that
+// exited meanwhile is not an error.
+func (c *Controller) ResumeAll() error {
+	byPID := map[uint32][]Group{}
+	for _, s := range c.reg.Suspended() {
+		byPID[s.PID] = append(byPID[s.PID], s.Group)
+	}
+	var errs []error
+	for pid, groups := range byPID {
+		err := c.onGroups(pid, groups, func(f *rmFile, g Group) error {
+			return f.schedule(g, true, c.opts.Layout.ScheduleSize)
+		})
+		switch {
+		case errors.Is(err, ErrProcessExited):
+			c.reg.Forget(pid)
+		case err != nil:
+			errs = append(errs, fmt.Errorf("resume process %d: %w", pid, err))
+			continue
+		}
+		if err := c.reg.clearSuspended(pid, groups); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Follow keeps Arbiter's settings on a process after the registry applied
+// an event: a new channel group, or the process setting its own timeslice
+// (CUDA applies the node's compute policy to its TSGs), gets the timeslice
+// Arbiter keeps for it again. It returns nil where there is nothing to do.
+func (c *Controller) Follow(ch Change) error {
+	if ch.Kind != ChangeNewGroup && ch.Kind != ChangeTimeslice {
+		return nil
+	}
+	us, ok := c.reg.desiredTimeslice(ch.PID, ch.Group.Instance)
+	if !ok || (ch.Kind == ChangeTimeslice && ch.Group.Timeslice == us) {
+		return nil
+	}
+	g := ch.Group
+	return c.onGroups(ch.PID, []Group{g}, func(f *rmFile, g Group) error {
+		if err := f.setTimeslice(g, us); err != nil {
+			return err
+		}
+		c.reg.setGroup(ch.PID, g, func(o *object) { o.Timeslice, o.TimesliceBy = us, "arbiter" })
+		return nil
+	})
+}
+
+// groups returns pid's channel groups on gpu, at least one.
+func (c *Controller) groups(pid uint32, gpu int) ([]Group, error) {
+	groups, err := c.reg.Groups(pid, gpu)
+	if err != nil {
+		return nil, err
+	}
+	if len(groups) == 0 {
+		return nil, fmt.Errorf("nvrm: process %d, GPU %d: %w", pid, gpu, ErrNoGroups)
+	}
+	return groups, nil
+}
+
+// onGroups opens pid's control files (one duplicate per client
+// descriptor), runs fn on each group and closes them. It stops at the first
+// error.
+func (c *Controller) onGroups(pid uint32, groups []Group, fn func(*rmFile, Group) error) error {
+	p, err := c.reg.Process(pid)
+	if err != nil {
+		return err
+	}
+	files := map[int32]*rmFile{}
+	defer func() {
+		for _, f := range files {
+			f.close()
+		}
+	}()
+	for _, g := range groups {
+		f := files[g.FD]
+		if f == nil {
+			f, err = c.open(pid, p.StartTime, g.FD)
+			if err != nil {
+				return err
+			}
+			files[g.FD] = f
+		}
+		if err := fn(f, g); err != nil {
+			return fmt.Errorf("nvrm: process %d, channel group %#x: %w", pid, g.Handle, err)
+		}
+	}
+	return nil
+}
+
+// rmFile is a duplicate of a process's control file, owned by one
+// Controller call.
+type rmFile struct {
+	fd      int
+	timeout time.Duration
+	accept  syscall.Errno
+	// done is set when a call timed out: it closes when that call
+	// returns, and the call's goroutine then closes the descriptor.
+	done chan struct{}
+}
+
+// open duplicates descriptor fd of process pid (started at start): a
+// pidfd pins the process, so a pid reused after an exit is refused rather
+// than controlled.
+func (c *Controller) open(pid uint32, start uint64, fd int32) (*rmFile, error) {
+	pidfd, err := unix.PidfdOpen(int(pid), 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil, fmt.Errorf("nvrm: process %d: %w", pid, ErrProcessExited)
+		}
+		return nil, fmt.Errorf("nvrm: pidfd_open %d: %w", pid, err)
+	}
+	defer unix.Close(pidfd)
+	// The pidfd now names one process; check it is the one traced.
+	if now := c.reg.opts.StartTime(pid); now == 0 || (start != 0 && now != start) {
+		return nil, fmt.Errorf("nvrm: process %d: %w (pid reused)", pid, ErrProcessExited)
+	}
+	dup, err := unix.PidfdGetfd(pidfd, int(fd), 0)
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return nil, fmt.Errorf("nvrm: process %d: %w", pid, ErrProcessExited)
+	case errors.Is(err, unix.EBADF):
+		return nil, fmt.Errorf("nvrm: process %d descriptor %d: %w (closed since traced)", pid, fd, ErrNotControlFile)
+	case errors.Is(err, unix.EPERM):
+		return nil, fmt.Errorf("nvrm: pidfd_getfd process %d descriptor %d: %w (needs root or CAP_SYS_PTRACE, and Yama ptrace_scope below 3)", pid, fd, err)
+	case err != nil:
+		return nil, fmt.Errorf("nvrm: pidfd_getfd process %d descriptor %d: %w", pid, fd, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(dup, &st); err != nil {
+		unix.Close(dup)
+		return nil, fmt.Errorf("nvrm: fstat process %d descriptor %d: %w", pid, fd, err)
+	}
+	got := MkRdev(unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || got != c.opts.ControlRdev {
+		unix.Close(dup)
+		return nil, fmt.Errorf("nvrm: process %d descriptor %d is %s, want char %s: %w", pid, fd, got, c.opts.ControlRdev, ErrNotControlFile)
+	}
+	return &rmFile{fd: dup, timeout: c.opts.Timeout, accept: c.opts.AcceptErrno}, nil
+}
+
+// close closes the duplicate now, or when a timed-out call returns.
+func (f *rmFile) close() {
+	if f.done != nil {
+		return // the stuck call's goroutine closes it
+	}
+	unix.Close(f.fd)
+}
+
+// control issues RM_CONTROL cmd on group g with params of size bytes and
+// returns the driver's status as an error.
+func (f *rmFile) control(g Group, cmd Control, params unsafe.Pointer, size uint32) error {
+	req := &NVOS54{HClient: g.Client, HObject: g.Handle, Cmd: uint32(cmd), Params: uint64(uintptr(params)), ParamsSize: size}
+	if err := f.ioctl(ReqRMControl, unsafe.Pointer(req), params); err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	if err := Status(req.Status).Err(); err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	return nil
+}
+
+func (f *rmFile) setTimeslice(g Group, us uint64) error {
+	p := TimesliceParams{TimesliceUs: us}
+	return f.control(g, CtrlSetTimeslice, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p)))
+}
+
+func (f *rmFile) schedule(g Group, enable bool, size uint32) error {
+	p := ScheduleParams{}
+	if enable {
+		p.BEnable = 1
+	}
+	return f.control(g, CtrlGPFIFOSchedule, unsafe.Pointer(&p), size)
+}
+
+// ioctl runs one ioctl on the duplicate, bounded by the timeout. The
+// driver call cannot be interrupted, so on a timeout it is left to finish
+// in its goroutine, which then closes the descriptor; the parameter memory
+// stays reachable from that goroutine until then.
+func (f *rmFile) ioctl(req uint32, arg, params unsafe.Pointer) error {
+	if f.done != nil {
+		return ErrCallTimeout // an earlier call on this file is still stuck
+	}
+	res := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(f.fd), uintptr(req), uintptr(arg))
+		runtime.KeepAlive(params)
+		var err error
+		if e != 0 && (f.accept == 0 || e != f.accept) {
+			err = os.NewSyscallError("ioctl", e)
+		}
+		res <- err
+		close(done)
+	}()
+	t := time.NewTimer(f.timeout)
+	defer t.Stop()
+	select {
+	case err := <-res:
+		return err
+	case <-t.C:
+		f.done = done
+		fd := f.fd
+		go func() {
+			<-done
+			unix.Close(fd)
+		}()
+		return fmt.Errorf("after %v: %w", f.timeout, ErrCallTimeout)
+	}
+}

@@ -1,0 +1,223 @@
+package nvrm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// The state file keeps the registry across daemon restarts. A file rather
+// than a pinned BPF map holding the tree: the tree needs the cascade of
+// frees (a freed client takes its whole subtree), which a BPF program
+// cannot walk, and a file is readable by `arbiter channels` with no BPF at
+// all. What the file cannot hold — calls made while no reader ran — the
+// pinned ring buffer keeps: the Tracer's programs stay attached through a
+// restart, and the next reader drains what they recorded (see
+// TracerOptions.PinPath). The registry is saved after every applied batch
+// that changed it, before more records are consumed.
+
+// stateVersion is the state file's format version.
+const stateVersion = 1
+
+type stateFile struct {
+	Version   int              `json:"version"`
+	Processes []stateProcess   `json:"processes"`
+	Suspended []SuspendedGroup `json:"suspended,omitempty"`
+}
+
+type stateProcess struct {
+	PID       uint32            `json:"pid"`
+	StartTime uint64            `json:"start_time"`
+	Objects   []object          `json:"objects"`
+	Timeslice map[string]uint64 `json:"desired_timeslice,omitempty"`
+}
+
+// SuspendedGroup is a channel group Arbiter disabled and has not yet
+// resumed. It is written to the state file before the group is disabled,
+// so that a crash between the two leaves a record the next start acts on.
+type SuspendedGroup struct {
+	PID       uint32 `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	Group     Group  `json:"group"`
+}
+
+// Save writes the registry to its state file, if it has one, atomically:
+// a reader sees the old file or the new, never a mix.
+func (r *Registry) Save() error {
+	if r.opts.StatePath == "" {
+		return nil
+	}
+	r.mu.Lock()
+	st := stateFile{Version: stateVersion}
+	for _, p := range r.procs {
+		sp := stateProcess{PID: p.pid, StartTime: p.start}
+		for _, o := range p.objs {
+			sp.Objects = append(sp.Objects, *o)
+		}
+		slices.SortFunc(sp.Objects, func(a, b object) int {
+			if a.Client != b.Client {
+				return cmpU32(a.Client, b.Client)
+			}
+			return cmpU32(a.Handle, b.Handle)
+		})
+		for gpu, us := range p.desiredTimeslice {
+			if sp.Timeslice == nil {
+				sp.Timeslice = map[string]uint64{}
+			}
+			sp.Timeslice[fmt.Sprint(gpu)] = us
+		}
+		st.Processes = append(st.Processes, sp)
+	}
+	for _, s := range r.suspended {
+		st.Suspended = append(st.Suspended, s)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(st.Processes, func(a, b stateProcess) int { return cmpU32(a.PID, b.PID) })
+	slices.SortFunc(st.Suspended, func(a, b SuspendedGroup) int {
+		if a.PID != b.PID {
+			return cmpU32(a.PID, b.PID)
+		}
+		return cmpU32(a.Group.Handle, b.Group.Handle)
+	})
+	b, err := json.MarshalIndent(&st, "", " ")
+	if err != nil {
+		return fmt.Errorf("nvrm: encode state: %w", err)
+	}
+	return writeAtomic(r.opts.StatePath, b)
+}
+
+// load reads the state file, keeping processes that still run. A missing
+// file is an empty registry.
+func (r *Registry) load() error {
+	b, err := os.ReadFile(r.opts.StatePath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("nvrm: read state: %w", err)
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Errorf("nvrm: state file %s: byte %d: %w (remove the file to start afresh)", r.opts.StatePath, se.Offset, err)
+		}
+		return fmt.Errorf("nvrm: state file %s: %w (remove the file to start afresh)", r.opts.StatePath, err)
+	}
+	if st.Version != stateVersion {
+		return fmt.Errorf("nvrm: state file %s: version %d, want %d", r.opts.StatePath, st.Version, stateVersion)
+	}
+	for _, sp := range st.Processes {
+		if !r.alive(sp.PID, sp.StartTime) {
+			continue
+		}
+		p := &proc{pid: sp.PID, start: sp.StartTime, objs: map[objKey]*object{}}
+		for i := range sp.Objects {
+			o := sp.Objects[i]
+			p.objs[objKey{o.Client, o.Handle}] = &o
+		}
+		for k, us := range sp.Timeslice {
+			var gpu int
+			if _, err := fmt.Sscan(k, &gpu); err != nil {
+				return fmt.Errorf("nvrm: state file %s: process %d: desired timeslice key %q: %w", r.opts.StatePath, sp.PID, k, err)
+			}
+			if p.desiredTimeslice == nil {
+				p.desiredTimeslice = map[int]uint64{}
+			}
+			p.desiredTimeslice[gpu] = us
+		}
+		r.procs[sp.PID] = p
+	}
+	for _, s := range st.Suspended {
+		// A suspended group of an exited process went with it.
+		if r.procs[s.PID] != nil && r.alive(s.PID, s.StartTime) {
+			r.suspended[groupKey{s.PID, s.Group.Client, s.Group.Handle}] = s
+		}
+	}
+	return nil
+}
+
+// alive reports whether pid still runs as the process that started at
+// start (0: unknown, existence only).
+func (r *Registry) alive(pid uint32, start uint64) bool {
+	now := r.opts.StartTime(pid)
+	return now != 0 && (start == 0 || now == start)
+}
+
+// markSuspended records groups as suspended and saves the state file
+// before the caller disables them.
+func (r *Registry) markSuspended(pid uint32, groups []Group) error {
+	r.mu.Lock()
+	p := r.procs[pid]
+	var start uint64
+	if p != nil {
+		start = p.start
+	}
+	for _, g := range groups {
+		g.Suspended = true
+		r.suspended[groupKey{pid, g.Client, g.Handle}] = SuspendedGroup{PID: pid, StartTime: start, Group: g}
+	}
+	r.mu.Unlock()
+	return r.Save()
+}
+
+// clearSuspended forgets groups once resumed, and saves.
+func (r *Registry) clearSuspended(pid uint32, groups []Group) error {
+	r.mu.Lock()
+	for _, g := range groups {
+		delete(r.suspended, groupKey{pid, g.Client, g.Handle})
+	}
+	r.mu.Unlock()
+	return r.Save()
+}
+
+// Suspended returns the channel groups Arbiter holds suspended.
+func (r *Registry) Suspended() []SuspendedGroup {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]SuspendedGroup, 0, len(r.suspended))
+	for _, s := range r.suspended {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b SuspendedGroup) int {
+		if a.PID != b.PID {
+			return cmpU32(a.PID, b.PID)
+		}
+		return cmpU32(a.Group.Handle, b.Group.Handle)
+	})
+	return out
+}
+
+// writeAtomic writes b to path through a temporary file and a rename.
+func writeAtomic(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("nvrm: state directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".state-*")
+	if err != nil {
+		return fmt.Errorf("nvrm: write state: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("nvrm: write state %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("nvrm: write state %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("nvrm: write state %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("nvrm: write state %s: %w", path, err)
+	}
+	return nil
+}
