@@ -1,0 +1,104 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+)
+
+// lookup finds a process by pid and checks the GPU it is addressed on.
+func (s *Simulator) lookup(pid uint32, gpu int, what string) (*proc, error) {
+	i := int(pid) - FirstPID
+	if pid < FirstPID || i >= len(s.procs) {
+		return nil, fmt.Errorf("%s: unknown pid %d", what, pid)
+	}
+	p := s.procs[i]
+	if gpu >= 0 && gpu != p.gpu {
+		return nil, fmt.Errorf("%s: pid %d has no channel group on gpu %d (it runs on gpu %d)", what, pid, gpu, p.gpu)
+	}
+	return p, nil
+}
+
+// SetTimeslice sets pid's channel-group timeslice; it applies from the
+// current slice on (a slice already longer than us expires now).
+func (s *Simulator) SetTimeslice(pid uint32, gpu int, us uint64) error {
+	if us == 0 || us > uint64(time.Hour/time.Microsecond) {
+		return fmt.Errorf("set timeslice of pid %d: %d µs out of range (1 µs to 1 h)", pid, us)
+	}
+	p, err := s.lookup(pid, gpu, "set timeslice")
+	if err != nil {
+		return err
+	}
+	p.timeslice = us * 1000
+	g := s.gpus[p.gpu]
+	if g.cur == p && g.state == gRun && !g.drain && s.cfg.mode != ModeSpatial {
+		g.account(s.now)
+		g.plan(s.now)
+	}
+	return nil
+}
+
+// SetInterleave sets pid's interleave level and rebuilds its GPU's runlist.
+func (s *Simulator) SetInterleave(pid uint32, level engine.Interleave) error {
+	if !level.Valid() {
+		return fmt.Errorf("set interleave of pid %d: invalid level %d", pid, level)
+	}
+	p, err := s.lookup(pid, -1, "set interleave")
+	if err != nil {
+		return err
+	}
+	if p.interleave != level {
+		p.interleave = level
+		s.gpus[p.gpu].buildRunlist()
+	}
+	return nil
+}
+
+// Suspend takes pid's channel group off gpu's runlist, preempting its
+// kernel in flight at the modelled granularity and cost. Copies already
+// queued on the copy engines are not affected.
+func (s *Simulator) Suspend(pid uint32, gpu int) error {
+	p, err := s.lookup(pid, gpu, "suspend")
+	if err != nil {
+		return err
+	}
+	s.gpus[p.gpu].suspend(p, s.now)
+	return s.err
+}
+
+// Resume puts pid's channel group back on gpu's runlist.
+func (s *Simulator) Resume(pid uint32, gpu int) error {
+	p, err := s.lookup(pid, gpu, "resume")
+	if err != nil {
+		return err
+	}
+	s.gpus[p.gpu].resume(p, s.now)
+	return s.err
+}
+
+// Gate stops pid's host at its next kernel launch; work already queued
+// runs to completion.
+func (s *Simulator) Gate(pid uint32) error {
+	p, err := s.lookup(pid, -1, "gate")
+	if err != nil {
+		return err
+	}
+	p.gated = true
+	return nil
+}
+
+// Ungate lets a gated host continue.
+func (s *Simulator) Ungate(pid uint32) error {
+	p, err := s.lookup(pid, -1, "ungate")
+	if err != nil {
+		return err
+	}
+	if p.gated {
+		p.gated = false
+		if p.host == hostGated {
+			s.wakeAt(p, s.now)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,481 @@
+package sim
+
+import (
+	"math"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+type gstate uint8
+
+const (
+	gIdle    gstate = iota
+	gSwitch         // loading the next channel group's context
+	gRun            // cur's head kernel is executing
+	gPreempt        // saving a preempted kernel's context
+)
+
+// gpu is one GPU: a compute engine shared by its channel groups and two
+// copy engines.
+type gpu struct {
+	s     *Simulator
+	idx   int
+	procs []*proc // in the order they were added
+
+	// Time-sliced and priority modes.
+	runlist    []*proc // channel groups, repeated by interleave level
+	pos        int     // runlist entry of the last dispatch
+	cur        *proc   // the group being switched in, running, or nil
+	last       *proc   // whose context is loaded (nil after a save)
+	state      gstate
+	since      uint64 // start of the state (of the accounting interval in gRun)
+	segStart   uint64 // start of the current timeline segment
+	sliceStart uint64
+	sliceEnd   uint64 // meaningful while contended
+	contended  bool   // the scheduled decision includes a slice expiry
+	drain      bool   // a preemption is pending: the kernel drains until drainEnd
+	drainEnd   uint64
+	gen        uint64
+
+	// Spatial mode: every runnable group's kernel co-runs.
+	running []*proc
+
+	copyQ   [2][]*proc
+	copyCur [2]*proc
+
+	st GPUStats
+}
+
+func newGPU(s *Simulator, idx int) *gpu { return &gpu{s: s, idx: idx} }
+
+// entries is how many runlist slots an interleave level gets.
+func entries(l engine.Interleave) int {
+	switch l {
+	case engine.InterleaveHigh:
+		return 4
+	case engine.InterleaveMedium:
+		return 2
+	}
+	return 1
+}
+
+func (g *gpu) addProc(p *proc) {
+	g.procs = append(g.procs, p)
+	g.buildRunlist()
+}
+
+// buildRunlist lays out the runlist with smooth weighted round-robin, so a
+// group with more slots is spread evenly between the others; the layout
+// depends only on the order processes were added and their levels.
+func (g *gpu) buildRunlist() {
+	total := 0
+	for _, p := range g.procs {
+		total += entries(p.interleave)
+	}
+	credit := make([]int, len(g.procs))
+	g.runlist = g.runlist[:0]
+	for range total {
+		best := -1
+		for i, p := range g.procs {
+			credit[i] += entries(p.interleave)
+			if best < 0 || credit[i] > credit[best] {
+				best = i
+			}
+		}
+		credit[best] -= total
+		g.runlist = append(g.runlist, g.procs[best])
+	}
+	g.pos = len(g.runlist) - 1 // the first dispatch starts at entry 0
+	if g.cur != nil {
+		for i, p := range g.runlist {
+			if p == g.cur {
+				g.pos = i
+				break
+			}
+		}
+	}
+}
+
+// eligibleOver reports whether q may take the engine from p under the mode.
+func (g *gpu) eligibleOver(q, p *proc) bool {
+	if g.s.cfg.mode == ModePriority && p.class == ClassLC {
+		return q.class == ClassLC
+	}
+	return true
+}
+
+// othersWaiting reports whether another group is runnable and may take the
+// engine from p.
+func (g *gpu) othersWaiting(p *proc) bool {
+	for _, q := range g.procs {
+		if q != p && q.runnable() && g.eligibleOver(q, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// kick tells the GPU that p may have become runnable.
+func (g *gpu) kick(p *proc, now uint64) {
+	if !p.runnable() {
+		return
+	}
+	if g.s.cfg.mode == ModeSpatial {
+		g.spatialReplan(now)
+		return
+	}
+	switch g.state {
+	case gIdle:
+		g.dispatch(now)
+	case gRun:
+		if p == g.cur || g.drain {
+			return
+		}
+		if g.s.cfg.mode == ModePriority && p.class == ClassLC && g.cur.class == ClassBE {
+			g.account(now)
+			g.requestPreempt(now)
+			return
+		}
+		if !g.contended {
+			g.account(now)
+			g.plan(now)
+		}
+	case gSwitch:
+		if g.s.cfg.mode == ModePriority && p.class == ClassLC && g.cur.class == ClassBE {
+			g.abortSwitch(now)
+		}
+	}
+}
+
+// dispatch picks the next runnable group after the last dispatched runlist
+// entry and switches it in.
+func (g *gpu) dispatch(now uint64) {
+	g.cur, g.state = nil, gIdle
+	n := len(g.runlist)
+	lcOnly := false
+	if g.s.cfg.mode == ModePriority {
+		for _, q := range g.procs {
+			if q.class == ClassLC && q.runnable() {
+				lcOnly = true
+				break
+			}
+		}
+	}
+	for k := 1; k <= n; k++ {
+		i := (g.pos + k) % n
+		p := g.runlist[i]
+		if !p.runnable() || (lcOnly && p.class != ClassLC) {
+			continue
+		}
+		g.pos, g.cur = i, p
+		if p != g.last {
+			g.st.Switches++
+			if g.s.cfg.ctxSwitch > 0 {
+				g.state, g.since, g.segStart = gSwitch, now, now
+				g.scheduleAt(now + g.s.cfg.ctxSwitch)
+				return
+			}
+		}
+		g.start(now)
+		return
+	}
+}
+
+// start begins running cur with a fresh timeslice.
+func (g *gpu) start(now uint64) {
+	g.state, g.since, g.segStart, g.sliceStart = gRun, now, now, now
+	g.last = g.cur
+	g.plan(now)
+}
+
+// abortSwitch abandons switching in cur (the time spent is lost).
+func (g *gpu) abortSwitch(now uint64) {
+	g.st.SwitchTime += now - g.since
+	g.segment(SegmentSwitch, g.cur, now)
+	g.last = nil
+	g.dispatch(now)
+}
+
+// plan schedules the next decision while running: the kernel's end, the
+// drain's end, or the timeslice's end if someone else is waiting.
+func (g *gpu) plan(now uint64) {
+	p := g.cur
+	t := now + p.head().left
+	g.contended = false
+	if g.drain {
+		t = min(t, g.drainEnd)
+	} else if g.othersWaiting(p) {
+		g.contended = true
+		ts := p.timeslice
+		g.sliceEnd = g.sliceStart + ts*((now-g.sliceStart)/ts+1)
+		t = min(t, g.sliceEnd)
+	}
+	g.scheduleAt(t)
+}
+
+func (g *gpu) scheduleAt(t uint64) {
+	g.gen++
+	g.s.schedule(event{t: t, kind: evGPU, id: int32(g.idx), gen: g.gen})
+}
+
+// account charges the running kernel for the time since the last account.
+func (g *gpu) account(now uint64) {
+	if g.state != gRun || now <= g.since {
+		return
+	}
+	el := now - g.since
+	h := g.cur.head()
+	el = min(el, h.left)
+	h.left -= el
+	g.cur.st.GPUTime += el
+	g.st.Busy += el
+	g.since = now
+}
+
+// onEvent is a decision point of the compute engine.
+func (g *gpu) onEvent(now uint64) {
+	if g.s.cfg.mode == ModeSpatial {
+		g.spatialReplan(now)
+		return
+	}
+	switch g.state {
+	case gSwitch:
+		g.st.SwitchTime += now - g.since
+		g.segment(SegmentSwitch, g.cur, now)
+		g.start(now)
+	case gPreempt:
+		g.st.PreemptTime += now - g.since
+		g.segment(SegmentPreempt, nil, now)
+		g.dispatch(now)
+	case gRun:
+		g.account(now)
+		p := g.cur
+		if p.head().left == 0 {
+			g.complete(p, now)
+			if g.drain || !p.runnable() || (g.contended && now >= g.sliceEnd && g.othersWaiting(p)) {
+				g.drain = false
+				g.leave(now)
+				g.dispatch(now)
+				return
+			}
+			g.plan(now)
+			return
+		}
+		if g.drain {
+			g.drain = false
+			g.beginPreempt(now)
+			return
+		}
+		if g.othersWaiting(p) {
+			g.requestPreempt(now)
+			return
+		}
+		g.plan(now)
+	}
+}
+
+// complete retires p's head kernel.
+func (g *gpu) complete(p *proc, now uint64) {
+	p.st.KernelsCompleted++
+	p.st.CompletedWork += p.head().dur
+	g.s.popHead(p, now)
+}
+
+// leave ends cur's run segment; the engine becomes idle.
+func (g *gpu) leave(now uint64) {
+	g.segment(SegmentRun, g.cur, now)
+	g.cur, g.state = nil, gIdle
+}
+
+// requestPreempt takes cur off the engine at the modelled granularity.
+func (g *gpu) requestPreempt(now uint64) {
+	switch g.s.cfg.granularity {
+	case GranularityInstruction:
+		g.beginPreempt(now)
+		return
+	case GranularityBlock:
+		g.drainEnd = now + g.s.cfg.blockDrain
+	default:
+		g.drainEnd = math.MaxUint64
+	}
+	g.drain = true
+	g.plan(now)
+}
+
+// beginPreempt saves cur's kernel in flight and frees the engine.
+func (g *gpu) beginPreempt(now uint64) {
+	p := g.cur
+	g.segment(SegmentRun, p, now)
+	g.st.Preemptions++
+	p.st.Preempted++
+	g.cur, g.last = nil, nil
+	if g.s.cfg.preempt == 0 {
+		g.dispatch(now)
+		return
+	}
+	g.state, g.since, g.segStart = gPreempt, now, now
+	g.scheduleAt(now + g.s.cfg.preempt)
+}
+
+// suspend takes p off the runlist (Enforcer.Suspend).
+func (g *gpu) suspend(p *proc, now uint64) {
+	if p.suspended {
+		return
+	}
+	p.suspended = true
+	if g.s.cfg.mode == ModeSpatial {
+		g.spatialReplan(now)
+		return
+	}
+	if g.cur != p {
+		if g.state == gRun && g.contended && !g.othersWaiting(g.cur) {
+			g.account(now)
+			g.plan(now)
+		}
+		return
+	}
+	switch g.state {
+	case gRun:
+		g.account(now)
+		if !g.drain {
+			g.requestPreempt(now)
+		}
+	case gSwitch:
+		g.abortSwitch(now)
+	}
+}
+
+// resume puts p back on the runlist (Enforcer.Resume).
+func (g *gpu) resume(p *proc, now uint64) {
+	if !p.suspended {
+		return
+	}
+	p.suspended = false
+	g.kick(p, now)
+}
+
+// settle closes the accounts at the end of the run.
+func (g *gpu) settle(now uint64) {
+	if g.s.cfg.mode == ModeSpatial {
+		g.spatialAdvance(now)
+		return
+	}
+	switch g.state {
+	case gRun:
+		g.account(now)
+		g.segment(SegmentRun, g.cur, now)
+	case gSwitch:
+		g.st.SwitchTime += now - g.since
+		g.segment(SegmentSwitch, g.cur, now)
+	case gPreempt:
+		g.st.PreemptTime += now - g.since
+		g.segment(SegmentPreempt, nil, now)
+	}
+}
+
+// segment records [segStart, now) in the timeline if it falls in the window.
+func (g *gpu) segment(kind SegmentKind, p *proc, now uint64) {
+	s := g.s
+	if g.segStart >= s.cfg.window || now <= g.segStart {
+		return
+	}
+	if len(s.timeline) >= s.cfg.maxSegments {
+		s.dropped++
+		return
+	}
+	var pid uint32
+	if p != nil {
+		pid = p.pid
+	}
+	s.timeline = append(s.timeline, Segment{GPU: g.idx, PID: pid, Kind: kind, Start: g.segStart, End: min(now, s.cfg.window)})
+}
+
+// spatialAdvance progresses every co-running kernel to now.
+func (g *gpu) spatialAdvance(now uint64) {
+	k := len(g.running)
+	if now <= g.since {
+		return
+	}
+	el := now - g.since
+	g.since = now
+	if k == 0 {
+		return
+	}
+	g.st.Busy += el
+	work := uint64(math.Round(float64(el) / (1 + g.s.cfg.slowdown*float64(k-1))))
+	for _, p := range g.running {
+		h := p.head()
+		w := min(work, h.left)
+		h.left -= w
+		p.st.GPUTime += w
+	}
+}
+
+// spatialReplan completes finished kernels, recomputes the co-running set
+// and schedules the next completion.
+func (g *gpu) spatialReplan(now uint64) {
+	g.spatialAdvance(now)
+	for _, p := range g.running {
+		if !p.empty() && p.head().kind == OpKernel && p.head().left == 0 {
+			g.complete(p, now)
+		}
+	}
+	g.running = g.running[:0]
+	for _, p := range g.procs {
+		if p.runnable() {
+			g.running = append(g.running, p)
+		}
+	}
+	if len(g.running) == 0 {
+		return
+	}
+	rate := 1 / (1 + g.s.cfg.slowdown*float64(len(g.running)-1))
+	next := uint64(math.MaxUint64)
+	for _, p := range g.running {
+		next = min(next, uint64(math.Ceil(float64(p.head().left)/rate)))
+	}
+	g.scheduleAt(now + max(next, 1))
+}
+
+// submitCopy queues p's head copy on its direction's copy engine.
+func (g *gpu) submitCopy(p *proc, now uint64) {
+	d := copyEngine(p.head().dir)
+	if g.copyCur[d] != nil {
+		g.copyQ[d] = append(g.copyQ[d], p)
+		return
+	}
+	g.startCopy(d, p, now)
+}
+
+func (g *gpu) startCopy(d int, p *proc, now uint64) {
+	g.copyCur[d] = p
+	dur := p.head().dur
+	g.st.CopyTime[d] += dur
+	g.s.schedule(event{t: now + dur, kind: evCopy, id: int32(g.idx*2 + d)})
+}
+
+// copyDone retires the copy on engine d and starts the next one queued.
+func (g *gpu) copyDone(d int, now uint64) {
+	p := g.copyCur[d]
+	g.copyCur[d] = nil
+	if len(g.copyQ[d]) > 0 {
+		next := g.copyQ[d][0]
+		g.copyQ[d] = g.copyQ[d][1:]
+		g.startCopy(d, next, now)
+	}
+	p.st.Copies++
+	g.s.popHead(p, now)
+	if p.runnable() {
+		g.kick(p, now)
+	}
+}
+
+// copyEngine maps a direction to its engine: 0 host-to-device, 1
+// device-to-host.
+func copyEngine(d trace.CopyDir) int {
+	if d == trace.CopyDtoH {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,285 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sim/hist"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// OpKind says what a host program does next.
+type OpKind uint8
+
+// Host operations.
+const (
+	// OpKernel launches a kernel that runs Dur ns on an otherwise idle GPU
+	// (asynchronous: the host continues at once).
+	OpKernel OpKind = iota + 1
+	// OpCopy queues a copy of Bytes in direction Dir on the stream
+	// (asynchronous). Its duration is CopyLatency + Bytes/CopyBandwidth, or
+	// Dur when Dur > 0.
+	OpCopy
+	// OpSync blocks the host until the stream is idle.
+	OpSync
+	// OpSleep keeps the host busy (CPU work) for Dur ns.
+	OpSleep
+	// OpWaitUntil idles the host until virtual time At.
+	OpWaitUntil
+	// OpBegin starts a request that arrived at At (At ≤ now): its latency
+	// is measured from At.
+	OpBegin
+	// OpEnd synchronizes like OpSync; when the stream is idle the request
+	// begun by OpBegin completes.
+	OpEnd
+	// OpStop ends the program.
+	OpStop
+)
+
+// Op is one host operation.
+type Op struct {
+	Kind  OpKind
+	Dur   uint64
+	At    uint64
+	Bytes uint64
+	Dir   trace.CopyDir
+}
+
+// Program is a simulated process's host program. Next is called whenever
+// the host is ready for its next operation, with the virtual time; it
+// returns an error to stop the whole run (for example when its request
+// backlog passes a bound). Programs are deterministic state machines: all
+// their randomness comes from their own seeded generator.
+type Program interface {
+	Next(now uint64) (Op, error)
+}
+
+type hostState uint8
+
+const (
+	hostReady hostState = iota
+	hostSync
+	hostSleep
+	hostGated
+	hostStopped
+)
+
+// item is one operation queued on a stream.
+type item struct {
+	kind  OpKind // OpKernel or OpCopy
+	dur   uint64 // kernel: exclusive duration; copy: modelled duration
+	left  uint64 // kernel work left (ns of exclusive time)
+	bytes uint64
+	dir   trace.CopyDir
+}
+
+// proc is a simulated process: host state, stream, channel group.
+type proc struct {
+	idx        int
+	pid        uint32
+	name       string
+	class      Class
+	gpu        int
+	prog       Program
+	timeslice  uint64
+	interleave engine.Interleave
+
+	q       []item
+	qh      int
+	kernels int // kernels queued on the stream (running one included)
+
+	suspended bool
+	gated     bool
+
+	host      hostState
+	hostGen   uint64
+	pending   Op
+	hasPend   bool
+	syncStart uint64
+	syncEnd   bool
+	inReq     bool
+	arrival   uint64
+
+	st  ProcStats
+	lat hist.Histogram
+}
+
+func (p *proc) empty() bool { return p.qh == len(p.q) }
+
+func (p *proc) head() *item { return &p.q[p.qh] }
+
+// runnable reports whether the channel group has a kernel ready for the
+// compute engine.
+func (p *proc) runnable() bool {
+	return !p.suspended && p.qh < len(p.q) && p.q[p.qh].kind == OpKernel
+}
+
+// wakeAt schedules the host to run at t.
+func (s *Simulator) wakeAt(p *proc, t uint64) {
+	p.hostGen++
+	s.schedule(event{t: t, kind: evHost, id: int32(p.idx), gen: p.hostGen})
+}
+
+// wakeHost resumes a blocked host if what it waits for has happened.
+func (s *Simulator) wakeHost(p *proc, now uint64) {
+	switch p.host {
+	case hostSync:
+		if !p.empty() {
+			return
+		}
+		s.completeSync(p, now)
+	case hostGated:
+		if p.gated {
+			return
+		}
+	case hostStopped:
+		return
+	}
+	p.host = hostReady
+	s.runHost(p, now)
+}
+
+// runHost executes host operations until the host blocks.
+func (s *Simulator) runHost(p *proc, now uint64) {
+	for n := 0; ; n++ {
+		if n > maxInstantOps {
+			s.fail(fmt.Errorf("process %s: program issued %d operations at %v without blocking", p.name, n, time.Duration(now)))
+			return
+		}
+		var op Op
+		if p.hasPend {
+			op, p.hasPend = p.pending, false
+		} else {
+			var err error
+			if op, err = p.prog.Next(now); err != nil {
+				s.fail(fmt.Errorf("process %s at %v: %w", p.name, time.Duration(now), err))
+				return
+			}
+		}
+		switch op.Kind {
+		case OpKernel:
+			if op.Dur == 0 {
+				s.fail(fmt.Errorf("process %s at %v: zero-length kernel", p.name, time.Duration(now)))
+				return
+			}
+			if p.gated {
+				p.pending, p.hasPend, p.host = op, true, hostGated
+				return
+			}
+			s.emitLaunch(p, now)
+			s.enqueue(p, item{kind: OpKernel, dur: op.Dur, left: op.Dur}, now)
+		case OpCopy:
+			d := op.Dur
+			if d == 0 {
+				d = s.cfg.copyLatency + uint64(float64(op.Bytes)/s.cfg.copyBW*1e9)
+			}
+			s.emitCopy(p, now, op)
+			s.enqueue(p, item{kind: OpCopy, dur: d, bytes: op.Bytes, dir: op.Dir}, now)
+		case OpSync, OpEnd:
+			p.syncStart, p.syncEnd = now, op.Kind == OpEnd
+			if op.Kind == OpEnd && !p.inReq {
+				s.fail(fmt.Errorf("process %s at %v: request end without a begin", p.name, time.Duration(now)))
+				return
+			}
+			if !p.empty() {
+				p.host = hostSync
+				return
+			}
+			s.completeSync(p, now)
+		case OpSleep:
+			p.host = hostSleep
+			s.wakeAt(p, now+op.Dur)
+			return
+		case OpWaitUntil:
+			if op.At > now {
+				p.host = hostSleep
+				s.wakeAt(p, op.At)
+				return
+			}
+		case OpBegin:
+			if op.At > now || p.inReq {
+				s.fail(fmt.Errorf("process %s at %v: bad request begin (arrival %v, in request %v)",
+					p.name, time.Duration(now), time.Duration(op.At), p.inReq))
+				return
+			}
+			p.inReq, p.arrival = true, op.At
+			p.st.RequestsBegun++
+		case OpStop:
+			p.host = hostStopped
+			return
+		default:
+			s.fail(fmt.Errorf("process %s at %v: unknown operation %d", p.name, time.Duration(now), op.Kind))
+			return
+		}
+		if s.err != nil {
+			return
+		}
+	}
+}
+
+// completeSync finishes a synchronization (and the request it ends).
+func (s *Simulator) completeSync(p *proc, now uint64) {
+	p.st.Syncs++
+	s.emitSync(p, p.syncStart, now)
+	if p.syncEnd {
+		p.lat.Record(now - p.arrival)
+		p.st.Requests++
+		p.inReq = false
+	}
+}
+
+// enqueue appends an operation to p's stream.
+func (s *Simulator) enqueue(p *proc, it item, now uint64) {
+	if len(p.q)-p.qh >= s.cfg.maxStreamOps {
+		s.fail(fmt.Errorf("process %s at %v: %d operations queued on its stream (bound %d): the GPU cannot keep up with it",
+			p.name, time.Duration(now), len(p.q)-p.qh, s.cfg.maxStreamOps))
+		return
+	}
+	wasEmpty := p.empty()
+	p.q = append(p.q, it)
+	if it.kind == OpKernel {
+		p.kernels++
+		p.st.KernelsSubmitted++
+	}
+	if wasEmpty {
+		s.startHead(p, now)
+	}
+}
+
+// startHead hands the stream's first operation to its engine.
+func (s *Simulator) startHead(p *proc, now uint64) {
+	g := s.gpus[p.gpu]
+	if p.head().kind == OpCopy {
+		g.submitCopy(p, now)
+		return
+	}
+	g.kick(p, now)
+}
+
+// popHead retires the stream's first operation and starts the next; a host
+// waiting for the stream to drain is woken (through the queue, so that it
+// runs after the current event's bookkeeping).
+func (s *Simulator) popHead(p *proc, now uint64) {
+	if p.head().kind == OpKernel {
+		p.kernels--
+	}
+	p.q[p.qh] = item{}
+	p.qh++
+	if p.qh > 256 && p.qh*2 > len(p.q) {
+		n := copy(p.q, p.q[p.qh:])
+		p.q = p.q[:n]
+		p.qh = 0
+	}
+	if p.empty() {
+		if p.host == hostSync {
+			s.wakeAt(p, now)
+		}
+		return
+	}
+	if p.head().kind == OpCopy {
+		s.startHead(p, now)
+	}
+	// A kernel at the head is picked up by the GPU's own decision logic,
+	// which called popHead.
+}

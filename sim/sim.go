@@ -1,0 +1,249 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// Class is a process's SLO class as the simulator sees it: it decides who
+// preempts whom under ModePriority and how reports group processes.
+type Class uint8
+
+// Classes.
+const (
+	ClassBE Class = iota // best effort
+	ClassLC              // latency critical
+)
+
+// String returns "lc" or "be".
+func (c Class) String() string {
+	if c == ClassLC {
+		return "lc"
+	}
+	return "be"
+}
+
+// Process describes one simulated CUDA process.
+type Process struct {
+	// Name identifies the process in reports (and is its comm, truncated to
+	// 15 bytes, in exec events).
+	Name string
+	// Class is its SLO class.
+	Class Class
+	// GPU is the index of the GPU it runs on.
+	GPU int
+	// Program is its host program.
+	Program Program
+	// Timeslice of its channel group (0: Options.Timeslice).
+	Timeslice time.Duration
+	// Interleave is its channel group's interleave level (the zero value is
+	// engine.InterleaveLow; equal levels share equally).
+	Interleave engine.Interleave
+}
+
+// FirstPID is the pid of the first process added; later ones count up.
+const FirstPID = 1000
+
+// maxInstantOps bounds how many operations a host program may issue at one
+// virtual instant, so that a program that never blocks is an error, not a
+// hang.
+const maxInstantOps = 1 << 20
+
+// ErrClosed is returned by Read after Close.
+var ErrClosed = errors.New("simulator closed")
+
+// Simulator is one simulated node. It is not safe for concurrent use,
+// except Close, which may be called from any goroutine to stop a Run or
+// Read early.
+type Simulator struct {
+	cfg   config
+	now   uint64
+	end   uint64
+	q     queue
+	gpus  []*gpu
+	procs []*proc
+	err   error
+
+	started  bool
+	finished bool
+	closed   chan struct{}
+
+	out      []trace.Event // events produced and not yet read
+	outHead  int
+	deadline uint64
+
+	timeline []Segment
+	dropped  uint64
+}
+
+// New returns a simulator with no processes.
+func New(opts *Options) (*Simulator, error) {
+	cfg, err := opts.resolve()
+	if err != nil {
+		return nil, fmt.Errorf("simulator options: %w", err)
+	}
+	s := &Simulator{cfg: cfg, closed: make(chan struct{})}
+	for i := 0; i < cfg.gpus; i++ {
+		s.gpus = append(s.gpus, newGPU(s, i))
+	}
+	return s, nil
+}
+
+// Add adds a process and returns its pid. Processes are added before the
+// run starts.
+func (s *Simulator) Add(p Process) (uint32, error) {
+	if s.started {
+		return 0, errors.New("add process: simulation already started")
+	}
+	if p.GPU < 0 || p.GPU >= len(s.gpus) {
+		return 0, fmt.Errorf("add process %q: gpu %d does not exist (%d GPUs)", p.Name, p.GPU, len(s.gpus))
+	}
+	if p.Program == nil {
+		return 0, fmt.Errorf("add process %q: no program", p.Name)
+	}
+	if p.Timeslice < 0 {
+		return 0, fmt.Errorf("add process %q: negative timeslice %v", p.Name, p.Timeslice)
+	}
+	if !p.Interleave.Valid() {
+		return 0, fmt.Errorf("add process %q: invalid interleave level %d", p.Name, p.Interleave)
+	}
+	ts := uint64(p.Timeslice)
+	if ts == 0 {
+		ts = s.cfg.timeslice
+	}
+	pr := &proc{
+		idx: len(s.procs), pid: FirstPID + uint32(len(s.procs)), name: p.Name, class: p.Class,
+		gpu: p.GPU, prog: p.Program, timeslice: ts, interleave: p.Interleave,
+	}
+	s.procs = append(s.procs, pr)
+	s.gpus[p.GPU].addProc(pr)
+	return pr.pid, nil
+}
+
+// Now returns the virtual time in nanoseconds (engine.Clock).
+func (s *Simulator) Now() uint64 { return s.now }
+
+// start begins the simulation: every host program starts at time 0.
+func (s *Simulator) start(end uint64) {
+	if s.started {
+		return
+	}
+	s.started = true
+	s.end = end
+	for _, p := range s.procs {
+		if s.cfg.observe {
+			ev := trace.Event{Kind: trace.KindExec, PID: p.pid, TID: p.pid, Time: 0}
+			copy(ev.Proc.Comm[:15], p.name)
+			s.emit(&ev)
+		}
+		s.wakeAt(p, 0)
+	}
+}
+
+// Run simulates until virtual time end (ns) or until ctx is cancelled or
+// Close is called. Calling it again after a completed run is a no-op. It
+// returns the first error of the model (a program failure or an exceeded
+// bound), or ctx's error.
+func (s *Simulator) Run(ctx context.Context, end uint64) error {
+	return s.RunProgress(ctx, end, 0, nil)
+}
+
+// RunProgress is Run that also calls progress(now) every `every` of
+// virtual time (every > 0).
+func (s *Simulator) RunProgress(ctx context.Context, end uint64, every time.Duration, progress func(now uint64)) error {
+	s.start(end)
+	next := uint64(every)
+	for n := 0; ; n++ {
+		if n&0x3fff == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("simulation stopped at %v: %w", time.Duration(s.now), err)
+			}
+			select {
+			case <-s.closed:
+				return ErrClosed
+			default:
+			}
+		}
+		if progress != nil && every > 0 && s.q.len() > 0 && s.q.peek().t >= next {
+			for next <= s.q.peek().t && next <= s.end {
+				progress(next)
+				next += uint64(every)
+			}
+		}
+		more := s.step()
+		s.out, s.outHead = s.out[:0], 0
+		if s.err != nil {
+			return s.err
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// step processes the next event. It returns false when the run has ended.
+func (s *Simulator) step() bool {
+	if s.err != nil {
+		return false
+	}
+	if s.q.len() == 0 || s.q.peek().t > s.end {
+		s.finish()
+		return false
+	}
+	e := s.q.pop()
+	s.now = e.t
+	switch e.kind {
+	case evGPU:
+		g := s.gpus[e.id]
+		if e.gen == g.gen {
+			g.onEvent(s.now)
+		}
+	case evCopy:
+		s.gpus[e.id/2].copyDone(int(e.id%2), s.now)
+	case evHost:
+		p := s.procs[e.id]
+		if e.gen == p.hostGen {
+			s.wakeHost(p, s.now)
+		}
+	}
+	return true
+}
+
+// finish settles the accounts at the end time.
+func (s *Simulator) finish() {
+	if s.finished {
+		return
+	}
+	s.finished = true
+	if s.now < s.end {
+		s.now = s.end
+	}
+	for _, g := range s.gpus {
+		g.settle(s.now)
+	}
+}
+
+// schedule queues an event, failing the run past the queue bound.
+func (s *Simulator) schedule(e event) {
+	if s.q.len() >= s.cfg.maxEvents {
+		s.fail(fmt.Errorf("event queue bound %d reached at %v: the workload is too large for the configured memory bound (raise max events)",
+			s.cfg.maxEvents, time.Duration(s.now)))
+		return
+	}
+	s.q.push(e)
+}
+
+// fail records the run's first error; the run stops at the next step.
+func (s *Simulator) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// Err returns the error that stopped the run, if any.
+func (s *Simulator) Err() error { return s.err }

@@ -1,0 +1,321 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+const us = uint64(time.Microsecond)
+
+// script is a Program that plays a fixed list of operations, then stops.
+type script struct {
+	ops []Op
+	i   int
+}
+
+func (s *script) Next(uint64) (Op, error) {
+	if s.i == len(s.ops) {
+		return Op{Kind: OpStop}, nil
+	}
+	s.i++
+	return s.ops[s.i-1], nil
+}
+
+func kernels(durs ...uint64) *script {
+	sc := &script{}
+	for _, d := range durs {
+		sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: d})
+	}
+	sc.ops = append(sc.ops, Op{Kind: OpSync})
+	return sc
+}
+
+// runs returns the run segments of pid as [start,end] pairs in µs.
+func runs(st Stats, pid uint32) [][2]uint64 {
+	var out [][2]uint64
+	for _, seg := range st.Timeline {
+		if seg.PID == pid && seg.Kind == SegmentRun {
+			out = append(out, [2]uint64{seg.Start / us, seg.End / us})
+		}
+	}
+	return out
+}
+
+func mustSim(t *testing.T, opts *Options, procs ...Process) (*Simulator, []uint32) {
+	t.Helper()
+	if opts.TimelineWindow == 0 {
+		opts.TimelineWindow = time.Hour
+	}
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []uint32
+	for _, p := range procs {
+		pid, err := s.Add(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	return s, pids
+}
+
+func equalRuns(t *testing.T, name string, got, want [][2]uint64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: runs %v, want %v", name, got, want)
+		return
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("%s: runs %v, want %v", name, got, want)
+			return
+		}
+	}
+}
+
+// TestHandComputedTimeslice pins round-robin time-slicing: A has a 5 ms
+// kernel, B a 1 ms one, both launched at 0; timeslice 1 ms, switch 20 µs,
+// preemption 30 µs.
+//
+//	0–20 switch to A; A runs 20–1020 (slice ends, 4 ms left)
+//	1020–1050 save A; 1050–1070 switch to B; B runs 1070–2070 and completes
+//	2070–2090 switch to A; A runs alone 2090–6090 (no one waits: no slices)
+func TestHandComputedTimeslice(t *testing.T) {
+	s, pids := mustSim(t, &Options{Timeslice: time.Millisecond, ContextSwitch: 20 * time.Microsecond, Preemption: 30 * time.Microsecond},
+		Process{Name: "A", Program: kernels(5000 * us)},
+		Process{Name: "B", Program: kernels(1000 * us)})
+	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	equalRuns(t, "A", runs(st, pids[0]), [][2]uint64{{20, 1020}, {2090, 6090}})
+	equalRuns(t, "B", runs(st, pids[1]), [][2]uint64{{1070, 2070}})
+	g := st.GPUs[0]
+	if g.Preemptions != 1 || g.Switches != 3 || g.Busy != 6000*us || g.SwitchTime != 60*us || g.PreemptTime != 30*us {
+		t.Errorf("gpu stats %+v", g)
+	}
+	for _, p := range st.Procs {
+		if p.KernelsCompleted != 1 || p.KernelsInFlight != 0 || p.Syncs != 1 {
+			t.Errorf("%s: %+v", p.Name, p)
+		}
+	}
+}
+
+// TestHandComputedKernelBoundary: with several short kernels queued, a
+// slice that expires between kernels switches without a preemption.
+//
+//	A: 3 × 600 µs; B: 1 × 300 µs; timeslice 1 ms, switch 10 µs, preempt 50 µs
+//	0–10 switch A; A 10–610, 610–1010 (second kernel preempted at slice end 1010 with 200 left)
+//	1010–1060 save; 1060–1070 switch B; B 1070–1370; 1370–1380 switch A;
+//	A 1380–1580 (rest of kernel 2), 1580–2180 (kernel 3)
+func TestHandComputedKernelBoundary(t *testing.T) {
+	s, pids := mustSim(t, &Options{Timeslice: time.Millisecond, ContextSwitch: 10 * time.Microsecond, Preemption: 50 * time.Microsecond},
+		Process{Name: "A", Program: kernels(600*us, 600*us, 600*us)},
+		Process{Name: "B", Program: kernels(300 * us)})
+	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	equalRuns(t, "A", runs(st, pids[0]), [][2]uint64{{10, 1010}, {1380, 2180}})
+	equalRuns(t, "B", runs(st, pids[1]), [][2]uint64{{1070, 1370}})
+	if st.GPUs[0].Preemptions != 1 {
+		t.Errorf("preemptions %d", st.GPUs[0].Preemptions)
+	}
+}
+
+// TestGranularityKernel: with kernel-granularity preemption the 5 ms kernel
+// runs to completion before B gets the GPU.
+func TestGranularityKernel(t *testing.T) {
+	s, pids := mustSim(t, &Options{Timeslice: time.Millisecond, ContextSwitch: 20 * time.Microsecond, Granularity: GranularityKernel},
+		Process{Name: "A", Program: kernels(5000 * us)},
+		Process{Name: "B", Program: kernels(1000 * us)})
+	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	equalRuns(t, "A", runs(st, pids[0]), [][2]uint64{{20, 5020}})
+	equalRuns(t, "B", runs(st, pids[1]), [][2]uint64{{5040, 6040}})
+	if st.GPUs[0].Preemptions != 0 {
+		t.Errorf("preemptions %d", st.GPUs[0].Preemptions)
+	}
+}
+
+// TestGranularityBlock: the kernel drains 100 µs past the slice end before
+// the save.
+func TestGranularityBlock(t *testing.T) {
+	s, pids := mustSim(t, &Options{Timeslice: time.Millisecond, ContextSwitch: 20 * time.Microsecond,
+		Preemption: 30 * time.Microsecond, Granularity: GranularityBlock, BlockDrain: 100 * time.Microsecond},
+		Process{Name: "A", Program: kernels(5000 * us)},
+		Process{Name: "B", Program: kernels(1000 * us)})
+	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	equalRuns(t, "A", runs(st, pids[0]), [][2]uint64{{20, 1120}, {2190, 6090}})
+	equalRuns(t, "B", runs(st, pids[1]), [][2]uint64{{1170, 2170}})
+}
+
+// TestPriorityPreemptsAtOnce: an LC kernel launched at 500 µs preempts
+// the BE kernel at once.
+func TestPriorityPreemptsAtOnce(t *testing.T) {
+	lc := &script{ops: []Op{{Kind: OpWaitUntil, At: 500 * us}, {Kind: OpBegin, At: 500 * us},
+		{Kind: OpKernel, Dur: 200 * us}, {Kind: OpEnd}}}
+	s, pids := mustSim(t, &Options{Mode: ModePriority, ContextSwitch: 20 * time.Microsecond, Preemption: 30 * time.Microsecond},
+		Process{Name: "be", Program: kernels(5000 * us)},
+		Process{Name: "lc", Class: ClassLC, Program: lc})
+	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	equalRuns(t, "be", runs(st, pids[0]), [][2]uint64{{20, 500}, {770, 5290}})
+	equalRuns(t, "lc", runs(st, pids[1]), [][2]uint64{{550, 750}})
+	if got := st.Procs[1].Latency.Max(); got != 250*us {
+		t.Errorf("lc latency %d, want 250 µs", got)
+	}
+}
+
+// TestSpatial: two equal 1 ms kernels co-run at 1/1.5 speed each with
+// slowdown 0.5 and finish together at 1.5 ms.
+func TestSpatial(t *testing.T) {
+	a, b := kernels(1000*us), kernels(1000*us)
+	s, _ := mustSim(t, &Options{Mode: ModeSpatial, SpatialSlowdown: 0.5},
+		Process{Name: "A", Program: a}, Process{Name: "B", Program: b, Class: ClassLC})
+	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.GPUs[0].Busy != 1500*us {
+		t.Errorf("busy %d", st.GPUs[0].Busy)
+	}
+	for _, p := range st.Procs {
+		if p.KernelsCompleted != 1 || p.GPUTime != 1000*us {
+			t.Errorf("%s: %+v", p.Name, p)
+		}
+	}
+}
+
+// TestCopiesAndInterleave: copies use their own engines; an interleave
+// level of high gives four runlist slots.
+func TestCopiesAndInterleave(t *testing.T) {
+	cp := &script{ops: []Op{{Kind: OpCopy, Bytes: 25_000_000, Dir: trace.CopyHtoD}, {Kind: OpKernel, Dur: 100 * us}, {Kind: OpSync}}}
+	s, pids := mustSim(t, &Options{ContextSwitch: 10 * time.Microsecond},
+		Process{Name: "A", Program: cp, Interleave: engine.InterleaveHigh},
+		Process{Name: "B", Program: kernels(100 * us)})
+	if got := len(s.gpus[0].runlist); got != 5 {
+		t.Errorf("runlist length %d, want 5", got)
+	}
+	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	// 25 MB at 25 GB/s = 1 ms + 10 µs latency; B runs meanwhile.
+	equalRuns(t, "B", runs(st, pids[1]), [][2]uint64{{10, 110}})
+	equalRuns(t, "A", runs(st, pids[0]), [][2]uint64{{1020, 1120}})
+	if st.GPUs[0].CopyTime[0] != 1010*us || st.Procs[0].Copies != 1 {
+		t.Errorf("copy time %d copies %d", st.GPUs[0].CopyTime[0], st.Procs[0].Copies)
+	}
+}
+
+// TestSuspendResumeAndGate drives the Enforcer through Read and deadlines.
+func TestSuspendResumeAndGate(t *testing.T) {
+	s, pids := mustSim(t, &Options{Observe: true, ContextSwitch: 10 * time.Microsecond, Preemption: 20 * time.Microsecond},
+		Process{Name: "be", Program: kernels(3000 * us)})
+	s.Start(uint64(time.Second))
+	var ev trace.Event
+	if err := s.Read(&ev); err != nil || ev.Kind != trace.KindExec || ev.Proc.CommString() != "be" {
+		t.Fatalf("first event %+v %v", ev, err)
+	}
+	if err := s.Read(&ev); err != nil || ev.Kind != trace.KindLaunch || ev.PID != pids[0] {
+		t.Fatalf("second event %+v %v", ev, err)
+	}
+	if err := s.SetReadDeadline(1000 * us); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Read(&ev); !errors.Is(err, engine.ErrDeadline) || s.Now() != 1000*us {
+		t.Fatalf("read: %v at %d", err, s.Now())
+	}
+	if err := s.Suspend(pids[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Suspend(pids[0], 0); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	_ = s.SetReadDeadline(2000 * us)
+	if err := s.Read(&ev); !errors.Is(err, engine.ErrDeadline) {
+		t.Fatal(err)
+	}
+	if err := s.Resume(pids[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.SetReadDeadline(0)
+	if err := s.Read(&ev); err != nil || ev.Kind != trace.KindSync {
+		t.Fatalf("sync: %+v %v", ev, err)
+	}
+	// Ran 10–1000, saved 1000–1020, resumed at 2000: switch 2000–2010, 2010–4020.
+	if end := ev.Time + ev.Sync.Duration; end != 4020*us {
+		t.Errorf("sync returned at %d µs", end/us)
+	}
+	if err := s.Read(&ev); err != io.EOF {
+		t.Errorf("end: %v", err)
+	}
+	if err := s.Suspend(pids[0], 1); err == nil || !strings.Contains(err.Error(), "gpu 1") {
+		t.Errorf("wrong gpu: %v", err)
+	}
+	if err := s.Suspend(7, 0); err == nil {
+		t.Error("unknown pid accepted")
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	cases := []struct {
+		opts Options
+		want string
+	}{
+		{Options{GPUs: -1}, "gpus -1"},
+		{Options{GPUs: 5000}, "gpus 5000"},
+		{Options{Timeslice: -time.Millisecond}, "timeslice -1ms"},
+		{Options{SpatialSlowdown: -1}, "spatial slowdown"},
+		{Options{CopyBandwidth: 1e20}, "copy bandwidth"},
+		{Options{MaxEvents: -3}, "max events"},
+	}
+	for _, c := range cases {
+		if _, err := New(&c.opts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want %q", c.opts, err, c.want)
+		}
+	}
+	s, _ := New(nil)
+	if _, err := s.Add(Process{Name: "x", GPU: 1, Program: kernels(1)}); err == nil {
+		t.Error("process on a missing GPU accepted")
+	}
+}
+
+// forever launches kernels and never synchronizes.
+type forever struct{}
+
+func (forever) Next(uint64) (Op, error) { return Op{Kind: OpKernel, Dur: 1000}, nil }
+
+func TestStreamBound(t *testing.T) {
+	s, _ := mustSim(t, &Options{MaxStreamOps: 1000}, Process{Name: "runaway", Program: forever{}})
+	err := s.Run(context.Background(), uint64(time.Second))
+	if err == nil || !strings.Contains(err.Error(), "1000 operations queued") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s, _ := mustSim(t, &Options{}, Process{Name: "A", Program: kernels(1000)})
+	if err := s.Run(ctx, uint64(time.Second)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v", err)
+	}
+}

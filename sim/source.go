@@ -1,0 +1,122 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// The simulator is the engine's event source, clock and enforcer.
+var (
+	_ engine.DeadlineSource = (*Simulator)(nil)
+	_ engine.Enforcer       = (*Simulator)(nil)
+)
+
+// streamHandle is the CUstream every simulated process uses.
+const streamHandle = 0x5000
+
+// Start fixes the end of the run (virtual ns) for Read. Run calls it
+// itself; a consumer that drives the simulation only with Read calls Start
+// first.
+func (s *Simulator) Start(end uint64) { s.start(end) }
+
+// Read advances the simulation to the next observable event (only with
+// Options.Observe) and returns it: exec at time 0 for every process, then
+// launches, copies and synchronizations (reported at their return, with
+// their duration) as a live tracer would see them. It returns io.EOF when
+// the end time is reached, ErrClosed after Close, engine.ErrDeadline when
+// the read deadline comes first (the clock then reads the deadline), or the
+// model's error.
+func (s *Simulator) Read(ev *trace.Event) error {
+	if !s.started {
+		return fmt.Errorf("read: call Start or Run first")
+	}
+	for s.outHead == len(s.out) {
+		select {
+		case <-s.closed:
+			return ErrClosed
+		default:
+		}
+		if s.err != nil {
+			return s.err
+		}
+		s.out, s.outHead = s.out[:0], 0
+		if s.deadline != 0 && s.nextTime() > s.deadline {
+			if s.now < s.deadline {
+				s.now = min(s.deadline, s.end)
+			}
+			return engine.ErrDeadline
+		}
+		if !s.step() {
+			if s.err != nil {
+				return s.err
+			}
+			return io.EOF
+		}
+	}
+	*ev = s.out[s.outHead]
+	s.outHead++
+	return nil
+}
+
+// nextTime is the time of the next event, or just past the end.
+func (s *Simulator) nextTime() uint64 {
+	if s.q.len() == 0 || s.q.peek().t > s.end {
+		return s.end + 1
+	}
+	return s.q.peek().t
+}
+
+// SetReadDeadline implements engine.DeadlineSource on virtual time.
+func (s *Simulator) SetReadDeadline(t uint64) error {
+	s.deadline = t
+	return nil
+}
+
+// Close stops the simulation: a Run in progress returns ErrClosed soon, and
+// Read returns ErrClosed. It is idempotent and safe from any goroutine.
+func (s *Simulator) Close() error {
+	select {
+	case <-s.closed:
+	default:
+		close(s.closed)
+	}
+	return nil
+}
+
+func (s *Simulator) emit(ev *trace.Event) {
+	s.out = append(s.out, *ev)
+}
+
+func (s *Simulator) emitLaunch(p *proc, now uint64) {
+	if !s.cfg.observe {
+		return
+	}
+	ev := trace.Event{Kind: trace.KindLaunch, Func: trace.FuncLaunchKernel, PID: p.pid, TID: p.pid, Time: now}
+	ev.Launch.Stream = streamHandle
+	s.emit(&ev)
+}
+
+func (s *Simulator) emitCopy(p *proc, now uint64, op Op) {
+	if !s.cfg.observe {
+		return
+	}
+	f := trace.FuncMemcpyHtoDAsyncV2
+	if op.Dir == trace.CopyDtoH {
+		f = trace.FuncMemcpyDtoHAsyncV2
+	}
+	ev := trace.Event{Kind: trace.KindCopy, Func: f, PID: p.pid, TID: p.pid, Time: now}
+	ev.Copy.Dir, ev.Copy.Bytes, ev.Copy.Stream = op.Dir, op.Bytes, streamHandle
+	s.emit(&ev)
+}
+
+func (s *Simulator) emitSync(p *proc, start, now uint64) {
+	if !s.cfg.observe {
+		return
+	}
+	ev := trace.Event{Kind: trace.KindSync, Func: trace.FuncStreamSynchronize, PID: p.pid, TID: p.pid, Time: start}
+	ev.Sync.Handle, ev.Sync.Duration = streamHandle, now-start
+	s.emit(&ev)
+}
