@@ -20,6 +20,8 @@ applications or the driver.`,
 	}
 	root.AddCommand(
 		newVersionCmd(version),
+		newTraceCmd(),
+		newPolicyCmd(),
 	)
 	return root
 }

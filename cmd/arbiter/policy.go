@@ -1,0 +1,305 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpu-arbiter/arbiter/policy"
+)
+
+// policyExit is an error that sets the exit status: 1 when a policy is
+// broken or its tests fail, 2 when the command was used wrongly.
+type policyExit struct {
+	code int
+	err  error
+}
+
+func (e *policyExit) Error() string { return e.err.Error() }
+func (e *policyExit) Unwrap() error { return e.err }
+func (e *policyExit) ExitCode() int { return e.code }
+
+// newPolicyCmd builds `arbiter policy`: check, test, eval and schema.
+func newPolicyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Check, test and evaluate Rego policies",
+		Long: `Work with Arbiter's Rego policies. A policy is a directory (or an OPA
+bundle, .tar.gz) with package arbiter defining classify and default_decision
+(and optionally victims), _test.rego files, and optional data.json/data.yaml.
+The helper library (package arbiter.lib) is added unless the policy has its
+own. See docs/policy.md.`,
+	}
+	cmd.AddCommand(newPolicyCheckCmd(), newPolicyTestCmd(), newPolicyEvalCmd(), newPolicySchemaCmd())
+	return cmd
+}
+
+func policyFormatFlag(cmd *cobra.Command, format *string) {
+	cmd.Flags().StringVar(format, "format", "human", "output format: human or json")
+}
+
+func policyCheckFormat(format string) error {
+	if format != "human" && format != "json" {
+		return &policyExit{2, fmt.Errorf("--format %q: want human or json", format)}
+	}
+	return nil
+}
+
+func policyWriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// newPolicyCheckCmd is `arbiter policy check`, like `opa check --strict`
+// plus Arbiter's entry-point and schema checks.
+func newPolicyCheckCmd() *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "check DIR|BUNDLE",
+		Short: "Load and check a policy: syntax, strict compile, input schema, decisions",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := policyCheckFormat(format); err != nil {
+				return err
+			}
+			p, err := policy.Load(cmd.Context(), args[0], nil)
+			out := cmd.OutOrStdout()
+			if format == "json" {
+				res := struct {
+					OK       bool                `json:"ok"`
+					Revision string              `json:"revision,omitempty"`
+					Modules  int                 `json:"modules,omitempty"`
+					Default  *policy.Decision    `json:"default_decision,omitempty"`
+					Errors   []policy.Diagnostic `json:"errors,omitempty"`
+				}{OK: err == nil, Errors: policy.Diagnostics(err)}
+				if p != nil {
+					d := p.Default()
+					res.Revision, res.Modules, res.Default = p.Revision(), len(p.Source().Modules), &d
+				}
+				if werr := policyWriteJSON(out, res); werr != nil {
+					return werr
+				}
+				if err != nil {
+					return &policyExit{1, fmt.Errorf("policy %s has %d errors", args[0], len(res.Errors))}
+				}
+				return nil
+			}
+			if err != nil {
+				for _, d := range policy.Diagnostics(err) {
+					fmt.Fprintln(out, d)
+				}
+				return &policyExit{1, fmt.Errorf("policy %s has %d errors", args[0], len(policy.Diagnostics(err)))}
+			}
+			victims := "no victims rule"
+			if p.HasVictims() {
+				victims = "victims rule"
+			}
+			_, err = fmt.Fprintf(out, "ok: %s revision %s, %d modules, default class %q, %s\n", args[0], p.Revision(), len(p.Source().Modules), p.Default().Class, victims)
+			return err
+		},
+	}
+	policyFormatFlag(cmd, &format)
+	return cmd
+}
+
+// newPolicyTestCmd is `arbiter policy test`, like `opa test`.
+func newPolicyTestCmd() *cobra.Command {
+	var (
+		format  string
+		verbose bool
+		run     string
+	)
+	cmd := &cobra.Command{
+		Use:   "test DIR|BUNDLE",
+		Short: "Run a policy's Rego tests (test_* rules) and report coverage",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := policyCheckFormat(format); err != nil {
+				return err
+			}
+			src, err := policy.Read(args[0], nil)
+			if err != nil {
+				return policyReport(cmd.OutOrStdout(), format, args[0], err)
+			}
+			rep, err := policy.Test(cmd.Context(), src, &policy.TestOptions{Run: run, Coverage: true, Trace: verbose})
+			if err != nil {
+				return policyReport(cmd.OutOrStdout(), format, args[0], err)
+			}
+			out := cmd.OutOrStdout()
+			if format == "json" {
+				if err := policyWriteJSON(out, rep); err != nil {
+					return err
+				}
+			} else {
+				policyPrintTests(out, rep, verbose)
+			}
+			if !rep.OK() {
+				if rep.Passed+rep.Failed+rep.Errored == 0 {
+					return &policyExit{1, fmt.Errorf("policy %s: no tests ran", args[0])}
+				}
+				return &policyExit{1, fmt.Errorf("policy %s: %d of %d tests failed", args[0], rep.Failed+rep.Errored, rep.Passed+rep.Failed+rep.Errored)}
+			}
+			return nil
+		},
+	}
+	policyFormatFlag(cmd, &format)
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "list every test, print() output, and traces of failures")
+	cmd.Flags().StringVarP(&run, "run", "r", "", "run only tests whose name matches this regular expression")
+	return cmd
+}
+
+func policyReport(out io.Writer, format, name string, err error) error {
+	diags := policy.Diagnostics(err)
+	if format == "json" {
+		_ = policyWriteJSON(out, struct {
+			OK     bool                `json:"ok"`
+			Errors []policy.Diagnostic `json:"errors"`
+		}{false, diags})
+	} else {
+		for _, d := range diags {
+			fmt.Fprintln(out, d)
+		}
+	}
+	return &policyExit{1, fmt.Errorf("policy %s has %d errors", name, len(diags))}
+}
+
+func policyPrintTests(out io.Writer, rep *policy.TestReport, verbose bool) {
+	for _, r := range rep.Results {
+		if r.Outcome == "pass" && !verbose {
+			continue
+		}
+		fmt.Fprintf(out, "%s:%d: %s.%s: %s (%v)\n", r.File, r.Row, r.Package, r.Name, strings.ToUpper(r.Outcome), r.Duration.Round(1000))
+		if r.Error != "" {
+			fmt.Fprintf(out, "  %s\n", r.Error)
+		}
+		if r.Output != "" && (verbose || r.Outcome != "pass") {
+			for line := range strings.SplitSeq(strings.TrimRight(r.Output, "\n"), "\n") {
+				fmt.Fprintf(out, "  print: %s\n", line)
+			}
+		}
+		if verbose && r.Outcome != "pass" && len(r.Trace) > 0 {
+			policy.Explain(out, &policy.EvalResult{Trace: r.Trace})
+		}
+	}
+	total := rep.Passed + rep.Failed + rep.Errored + rep.Skipped
+	fmt.Fprintln(out, strings.Repeat("-", 72))
+	fmt.Fprintf(out, "PASS: %d/%d", rep.Passed, total)
+	if rep.Failed > 0 {
+		fmt.Fprintf(out, "  FAIL: %d/%d", rep.Failed, total)
+	}
+	if rep.Errored > 0 {
+		fmt.Fprintf(out, "  ERROR: %d/%d", rep.Errored, total)
+	}
+	if rep.Skipped > 0 {
+		fmt.Fprintf(out, "  SKIPPED: %d/%d", rep.Skipped, total)
+	}
+	fmt.Fprintln(out)
+	if rep.Coverage >= 0 {
+		fmt.Fprintf(out, "coverage: %.1f%%\n", rep.Coverage)
+		if verbose {
+			for _, l := range rep.NotCovered {
+				fmt.Fprintf(out, "  not covered: %s\n", l)
+			}
+		}
+	}
+}
+
+// newPolicyEvalCmd is `arbiter policy eval`.
+func newPolicyEvalCmd() *cobra.Command {
+	var (
+		input   string
+		explain bool
+	)
+	cmd := &cobra.Command{
+		Use:   "eval DIR|BUNDLE --input FILE",
+		Short: "Evaluate a policy on an input document and print the decision",
+		Long: `Evaluate classify (input with "process") or victims (input with "state")
+on an input document (JSON, "-" for stdin; see arbiter policy schema input)
+and print, as JSON, the value the policy returned and the decision the engine
+would apply, with the reason when the policy's value was not usable. With
+--explain, print the evaluation trace with file and row first.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if input == "" {
+				return &policyExit{2, errors.New("--input FILE is required")}
+			}
+			r, err := policyOpenInput(cmd, input)
+			if err != nil {
+				return &policyExit{2, err}
+			}
+			defer r.Close()
+			doc, err := policy.DecodeInput(r)
+			if err != nil {
+				return &policyExit{2, fmt.Errorf("%s: %w", input, err)}
+			}
+			out := cmd.OutOrStdout()
+			p, err := policy.Load(cmd.Context(), args[0], &policy.Options{Print: func(pr policy.Print) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s:%d: %s\n", pr.File, pr.Row, pr.Message)
+			}})
+			if err != nil {
+				for _, d := range policy.Diagnostics(err) {
+					fmt.Fprintln(out, d)
+				}
+				return &policyExit{1, fmt.Errorf("policy %s does not load", args[0])}
+			}
+			res, err := p.Eval(cmd.Context(), doc, explain)
+			if err != nil {
+				return &policyExit{2, err}
+			}
+			if explain {
+				policy.Explain(out, res)
+				fmt.Fprintln(out)
+			}
+			if err := policyWriteJSON(out, res); err != nil {
+				return err
+			}
+			if res.Error != "" {
+				return &policyExit{1, errors.New(res.Error)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&input, "input", "i", "", "input document (JSON), - for stdin")
+	cmd.Flags().BoolVar(&explain, "explain", false, "print the evaluation trace")
+	return cmd
+}
+
+func policyOpenInput(cmd *cobra.Command, name string) (io.ReadCloser, error) {
+	if name == "-" {
+		return io.NopCloser(cmd.InOrStdin()), nil
+	}
+	return os.Open(name)
+}
+
+// newPolicySchemaCmd is `arbiter policy schema`.
+func newPolicySchemaCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:       "schema [input|decision|victims]",
+		Short:     "Print the JSON Schemas of the policy input and decisions",
+		Args:      cobra.MaximumNArgs(1),
+		ValidArgs: []string{policy.SchemaInput, policy.SchemaDecision, policy.SchemaVictims},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			names := []string{policy.SchemaInput, policy.SchemaDecision, policy.SchemaVictims}
+			if len(args) == 1 {
+				names = args
+			}
+			for _, n := range names {
+				b, err := policy.SchemaJSON(n)
+				if err != nil {
+					return &policyExit{2, err}
+				}
+				if _, err := cmd.OutOrStdout().Write(b); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
