@@ -267,7 +267,7 @@ func (c Control) String() string {
 	case CtrlRunlistSetSchedPolicy:
 		return "RUNLIST_SET_SCHED_POLICY"
 	}
-	return fmt.Sprintf("control-%#08x", uint32(c))
+	return fmt.Sprintf("control-0x%08x", uint32(c))
 }
 
 // ScheduleParams is GPFIFO_SCHEDULE's parameters. The driver takes 2 bytes
@@ -367,3 +367,26 @@ const ControlRdev = Rdev(195<<20 | 255)
 
 // ControlPath is the control device's usual path.
 const ControlPath = "/dev/nvidiactl"
+
+// FIFODisableChannelsParams is NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS'
+// parameters, issued on a subdevice: the alternative to per-group
+// scheduling control that disables (and, unless BOnlyDisableScheduling,
+// preempts) up to 64 channels of any clients on this file at once.
+type FIFODisableChannelsParams struct {
+	BDisable               uint8
+	_                      [3]uint8
+	NumChannels            uint32
+	BOnlyDisableScheduling uint8
+	BRewindGpPut           uint8
+	_                      [6]uint8
+	PRunlistPreemptEvent   uint64 // must be 0
+	HClientList            [64]uint32
+	HChannelList           [64]uint32
+}
+
+// RunlistSchedPolicyParams is NV2080_CTRL_CMD_FIFO_RUNLIST_SET_SCHED_POLICY's
+// parameters (SchedPolicy 0: default, 1: CHANNEL_INTERLEAVED).
+type RunlistSchedPolicyParams struct {
+	Flags       uint32
+	SchedPolicy uint32
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -40,6 +41,18 @@ const DefaultCallTimeout = 2 * time.Second
 type Controller struct {
 	reg  *Registry
 	opts ControllerOptions
+
+	mu sync.Mutex
+	// pidfds holds one pidfd per controlled process, opened once and
+	// checked against the process's traced start time then: it names that
+	// process for good, so later calls need no /proc read to rule out a
+	// reused pid. It does not hold the process's GPU resources.
+	pidfds map[uint32]pidfdEntry
+}
+
+type pidfdEntry struct {
+	fd    int
+	start uint64
 }
 
 // ControllerOptions configures a Controller. Only Layout has no default.
@@ -63,7 +76,7 @@ type ControllerOptions struct {
 
 // NewController returns a Controller acting on the processes of reg.
 func NewController(reg *Registry, opts *ControllerOptions) (*Controller, error) {
-	c := &Controller{reg: reg}
+	c := &Controller{reg: reg, pidfds: map[uint32]pidfdEntry{}}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -225,6 +238,10 @@ func (c *Controller) ResumeAll() error {
 // (CUDA applies the node's compute policy to its TSGs), gets the timeslice
 // Arbiter keeps for it again. It returns nil where there is nothing to do.
 func (c *Controller) Follow(ch Change) error {
+	if ch.Kind == ChangeExit {
+		c.dropPidfd(ch.PID)
+		return nil
+	}
 	if ch.Kind != ChangeNewGroup && ch.Kind != ChangeTimeslice {
 		return nil
 	}
@@ -290,30 +307,25 @@ type rmFile struct {
 	fd      int
 	timeout time.Duration
 	accept  syscall.Errno
+	// sys issues the ioctl; tests replace it to hold a call.
+	sys func(fd int, req uint32, arg unsafe.Pointer) syscall.Errno
 	// done is set when a call timed out: it closes when that call
 	// returns, and the call's goroutine then closes the descriptor.
 	done chan struct{}
 }
 
-// open duplicates descriptor fd of process pid (started at start): a
-// pidfd pins the process, so a pid reused after an exit is refused rather
-// than controlled.
+// open duplicates descriptor fd of process pid (started at start), through
+// a pidfd that pins the process: a pid reused after an exit is refused
+// rather than controlled.
 func (c *Controller) open(pid uint32, start uint64, fd int32) (*rmFile, error) {
-	pidfd, err := unix.PidfdOpen(int(pid), 0)
+	pidfd, err := c.pidfd(pid, start)
 	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return nil, fmt.Errorf("nvrm: process %d: %w", pid, ErrProcessExited)
-		}
-		return nil, fmt.Errorf("nvrm: pidfd_open %d: %w", pid, err)
-	}
-	defer unix.Close(pidfd)
-	// The pidfd now names one process; check it is the one traced.
-	if now := c.reg.opts.StartTime(pid); now == 0 || (start != 0 && now != start) {
-		return nil, fmt.Errorf("nvrm: process %d: %w (pid reused)", pid, ErrProcessExited)
+		return nil, err
 	}
 	dup, err := unix.PidfdGetfd(pidfd, int(fd), 0)
 	switch {
 	case errors.Is(err, unix.ESRCH):
+		c.dropPidfd(pid)
 		return nil, fmt.Errorf("nvrm: process %d: %w", pid, ErrProcessExited)
 	case errors.Is(err, unix.EBADF):
 		return nil, fmt.Errorf("nvrm: process %d descriptor %d: %w (closed since traced)", pid, fd, ErrNotControlFile)
@@ -332,7 +344,55 @@ func (c *Controller) open(pid uint32, start uint64, fd int32) (*rmFile, error) {
 		unix.Close(dup)
 		return nil, fmt.Errorf("nvrm: process %d descriptor %d is %s, want char %s: %w", pid, fd, got, c.opts.ControlRdev, ErrNotControlFile)
 	}
-	return &rmFile{fd: dup, timeout: c.opts.Timeout, accept: c.opts.AcceptErrno}, nil
+	return &rmFile{fd: dup, timeout: c.opts.Timeout, accept: c.opts.AcceptErrno, sys: sysIoctl}, nil
+}
+
+// pidfd returns the cached pidfd of pid, opening and checking it first.
+func (c *Controller) pidfd(pid uint32, start uint64) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.pidfds[pid]; ok && e.start == start {
+		return e.fd, nil
+	} else if ok {
+		unix.Close(e.fd)
+		delete(c.pidfds, pid)
+	}
+	fd, err := unix.PidfdOpen(int(pid), unix.PIDFD_NONBLOCK)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return -1, fmt.Errorf("nvrm: process %d: %w", pid, ErrProcessExited)
+		}
+		return -1, fmt.Errorf("nvrm: pidfd_open %d: %w", pid, err)
+	}
+	// The pidfd now names one process; check it is the one traced.
+	if now := c.reg.opts.StartTime(pid); now == 0 || (start != 0 && now != start) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("nvrm: process %d: %w (pid reused)", pid, ErrProcessExited)
+	}
+	c.pidfds[pid] = pidfdEntry{fd: fd, start: start}
+	return fd, nil
+}
+
+// dropPidfd closes pid's cached pidfd.
+func (c *Controller) dropPidfd(pid uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.pidfds[pid]; ok {
+		unix.Close(e.fd)
+		delete(c.pidfds, pid)
+	}
+}
+
+// Close releases the controller's pidfds. It does not resume anything:
+// call ResumeAll first on a clean exit.
+func (c *Controller) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pid, e := range c.pidfds {
+		unix.Close(e.fd)
+		delete(c.pidfds, pid)
+	}
+	return nil
 }
 
 // close closes the duplicate now, or when a timed-out call returns.
@@ -382,7 +442,7 @@ func (f *rmFile) ioctl(req uint32, arg, params unsafe.Pointer) error {
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(f.fd), uintptr(req), uintptr(arg))
+		e := f.sys(f.fd, req, arg)
 		runtime.KeepAlive(params)
 		var err error
 		if e != 0 && (f.accept == 0 || e != f.accept) {
@@ -405,4 +465,10 @@ func (f *rmFile) ioctl(req uint32, arg, params unsafe.Pointer) error {
 		}()
 		return fmt.Errorf("after %v: %w", f.timeout, ErrCallTimeout)
 	}
+}
+
+// sysIoctl is the ioctl system call.
+func sysIoctl(fd int, req uint32, arg unsafe.Pointer) syscall.Errno {
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg))
+	return e
 }

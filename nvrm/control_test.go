@@ -1,0 +1,133 @@
+package nvrm
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestNewControllerNeedsLayout(t *testing.T) {
+	r := newTestRegistry(t, "", nil)
+	if _, err := NewController(r, nil); err == nil {
+		t.Fatal("controller without a driver layout")
+	}
+	c, err := NewController(r, &ControllerOptions{Layout: mustLayout(t, "570.86.15")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.opts.ControlRdev != ControlRdev || c.opts.Timeout != DefaultCallTimeout {
+		t.Fatalf("defaults: %+v", c.opts)
+	}
+}
+
+func TestControllerUnknownProcess(t *testing.T) {
+	r := newTestRegistry(t, "", map[uint32]uint64{100: 1})
+	c, _ := NewController(r, &ControllerOptions{Layout: mustLayout(t, "570.86.15")})
+	for name, err := range map[string]error{
+		"timeslice":  c.SetTimeslice(42, 0, 100),
+		"suspend":    c.Suspend(42, -1),
+		"resume":     c.Resume(42, -1),
+		"interleave": c.SetInterleave(42, InterleaveLow),
+	} {
+		if !errors.Is(err, ErrUnknownProcess) {
+			t.Errorf("%s: %v, want ErrUnknownProcess", name, err)
+		}
+	}
+	applyAll(r, cudaContext(100, 7, 0xC1D00001, 0))
+	if err := c.SetTimeslice(100, 3, 100); !errors.Is(err, ErrNoGroups) {
+		t.Errorf("GPU without groups: %v, want ErrNoGroups", err)
+	}
+	if err := c.SetInterleave(100, 7); err == nil {
+		t.Error("interleave level 7 accepted")
+	}
+	if len(r.Suspended()) != 0 {
+		t.Error("a failed suspend left a record")
+	}
+}
+
+// TestCallTimeout holds a driver call past the timeout: the call returns
+// ErrCallTimeout in time, and the descriptor closes only once the driver
+// call returns.
+func TestCallTimeout(t *testing.T) {
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	f := &rmFile{fd: fd, timeout: 50 * time.Millisecond, sys: func(int, uint32, unsafe.Pointer) syscall.Errno {
+		<-release
+		return 0
+	}}
+	start := time.Now()
+	err = f.setTimeslice(Group{Client: 1, Handle: 2}, 10)
+	if !errors.Is(err, ErrCallTimeout) {
+		t.Fatalf("held call: %v, want ErrCallTimeout", err)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond || d > time.Second {
+		t.Fatalf("returned after %v", d)
+	}
+	if err := f.setTimeslice(Group{}, 1); !errors.Is(err, ErrCallTimeout) {
+		t.Fatalf("second call on a stuck file: %v", err)
+	}
+	f.close()
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		t.Fatalf("descriptor closed while the call is in the driver: %v", err)
+	}
+	close(release)
+	<-f.done
+	deadline := time.Now().Add(time.Second)
+	for {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); errors.Is(err, unix.EBADF) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("descriptor not closed after the call returned")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestControlStatus checks that the status the driver writes back becomes
+// the named error, and that the request carries the group's handles.
+func TestControlStatus(t *testing.T) {
+	var seen NVOS54
+	var seenParams TimesliceParams
+	f := &rmFile{fd: -1, timeout: time.Second, sys: func(_ int, req uint32, arg unsafe.Pointer) syscall.Errno {
+		if req != ReqRMControl {
+			return syscall.EINVAL
+		}
+		p := (*NVOS54)(arg)
+		seen = *p
+		seenParams = *(*TimesliceParams)(*(*unsafe.Pointer)(unsafe.Pointer(&p.Params)))
+		p.Status = uint32(StatusInvalidClient)
+		return 0
+	}}
+	err := f.setTimeslice(Group{Client: 0xC1D00001, Handle: 0x5C000003}, 250)
+	if !errors.Is(err, ErrInvalidClient) {
+		t.Fatalf("%v, want ErrInvalidClient", err)
+	}
+	if seen.HClient != 0xC1D00001 || seen.HObject != 0x5C000003 || seen.Cmd != uint32(CtrlSetTimeslice) || seen.ParamsSize != 8 || seen.Flags != 0 || seenParams.TimesliceUs != 250 {
+		t.Fatalf("request %+v params %+v", seen, seenParams)
+	}
+	f.sys = func(int, uint32, unsafe.Pointer) syscall.Errno { return syscall.ENOTTY }
+	if err := f.setTimeslice(Group{}, 1); !errors.Is(err, syscall.ENOTTY) {
+		t.Fatalf("ioctl error: %v", err)
+	}
+	f.accept = syscall.ENOTTY
+	if err := f.setTimeslice(Group{}, 1); err != nil {
+		t.Fatalf("accepted errno: %v", err)
+	}
+	for _, size := range []uint32{2, 3} {
+		f.sys = func(_ int, _ uint32, arg unsafe.Pointer) syscall.Errno {
+			seen = *(*NVOS54)(arg)
+			return 0
+		}
+		if err := f.schedule(Group{}, false, size); err != nil || seen.ParamsSize != size || seen.Cmd != uint32(CtrlGPFIFOSchedule) {
+			t.Fatalf("schedule size %d: %+v, %v", size, seen, err)
+		}
+	}
+}
