@@ -5,6 +5,9 @@
 // exec/exit tracepoints. Every event is one fixed-size struct event in one
 // ring buffer.
 //
+// Every uprobe program exists twice (PROGRAMS below): for uprobe_multi
+// links and for single perf-event uprobes on kernels before 6.6.
+//
 // The Func id of each attach point arrives through the BPF cookie
 // (UprobeOptions.Cookie, kernel 5.15+: bits 0-7 the trace.Func, bits 8-15
 // its trace.Kind), so one program serves every variant (_v2, _ptsz, _ptds)
@@ -63,6 +66,14 @@ struct regs {
 #else
 #error "unsupported target architecture: build with bpf2go -target amd64,arm64"
 #endif
+
+// PROGRAMS defines a probe body's two entry points: NAME for a single
+// perf-event uprobe and NAME_multi for an uprobe_multi link (kernel 6.6+),
+// which attaches one program at every site of a library with one link and
+// detaches them all after a single grace period instead of one per site.
+#define PROGRAMS(sec, name)                                                     \
+	SEC(sec) int name(struct regs *r) { return name##_body(r); }            \
+	SEC(sec ".multi") int name##_multi(struct regs *r) { return name##_body(r); }
 
 // Event kinds and the Func ids this program needs by name; the values are
 // trace.Kind and trace.Func (the Go side checks them in a test).
@@ -224,8 +235,7 @@ static __always_inline __u64 stack_arg(struct regs *r, int n)
 //                sharedMemBytes, hStream, kernelParams, extra)
 // and cuLaunchCooperativeKernel (same first nine arguments), with their
 // _ptsz forms.
-SEC("uprobe")
-int uprobe_launch(struct regs *r)
+static __always_inline int uprobe_launch_body(struct regs *r)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cgroup = bpf_get_current_cgroup_id();
@@ -249,6 +259,8 @@ int uprobe_launch(struct regs *r)
 	return 0;
 }
 
+PROGRAMS("uprobe", uprobe_launch)
+
 // The leading part of CUlaunchConfig (cuda.h): seven unsigned ints, then the
 // stream at offset 32.
 struct launch_config {
@@ -259,8 +271,7 @@ struct launch_config {
 
 // cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
 //                  void **kernelParams, void **extra) and its _ptsz form.
-SEC("uprobe")
-int uprobe_launch_ex(struct regs *r)
+static __always_inline int uprobe_launch_ex_body(struct regs *r)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cgroup = bpf_get_current_cgroup_id();
@@ -281,10 +292,11 @@ int uprobe_launch_ex(struct regs *r)
 	return 0;
 }
 
+PROGRAMS("uprobe", uprobe_launch_ex)
+
 // Copies (cuMemcpyHtoD*, cuMemcpyDtoH*) and cuGraphLaunch: the first four
 // register arguments as passed; the reader knows each Func's layout.
-SEC("uprobe")
-int uprobe_args(struct regs *r)
+static __always_inline int uprobe_args_body(struct regs *r)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 cgroup = bpf_get_current_cgroup_id();
@@ -304,9 +316,10 @@ int uprobe_args(struct regs *r)
 	return 0;
 }
 
+PROGRAMS("uprobe", uprobe_args)
+
 // Synchronizers: the entry keeps the time and handles until the return.
-SEC("uprobe")
-int uprobe_sync(struct regs *r)
+static __always_inline int uprobe_sync_body(struct regs *r)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!traced(pid_tgid >> 32, bpf_get_current_cgroup_id()))
@@ -321,8 +334,9 @@ int uprobe_sync(struct regs *r)
 	return 0;
 }
 
-SEC("uretprobe")
-int uretprobe_sync(struct regs *r)
+PROGRAMS("uprobe", uprobe_sync)
+
+static __always_inline int uretprobe_sync_body(struct regs *r)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -342,13 +356,16 @@ int uretprobe_sync(struct regs *r)
 	return 0;
 }
 
+PROGRAMS("uretprobe", uretprobe_sync)
+
 // An empty program: the baseline of the probe-cost benchmark (the cost of
 // the trap alone at the same attach point).
-SEC("uprobe")
-int uprobe_noop(struct regs *r)
+static __always_inline int uprobe_noop_body(struct regs *r)
 {
 	return 0;
 }
+
+PROGRAMS("uprobe", uprobe_noop)
 
 // Minimal kernel types for CO-RE reads; field offsets are relocated against
 // the running kernel's BTF.

@@ -40,22 +40,28 @@ type CudaSyncEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CudaMapDrops           = "drops"
-	CudaMapEvents          = "events"
-	CudaMapFilterCgroups   = "filter_cgroups"
-	CudaMapFilterTgids     = "filter_tgids"
-	CudaMapSyncEntries     = "sync_entries"
-	CudaProgTracepointExec = "tracepoint_exec"
-	CudaProgTracepointExit = "tracepoint_exit"
-	CudaProgUprobeArgs     = "uprobe_args"
-	CudaProgUprobeLaunch   = "uprobe_launch"
-	CudaProgUprobeLaunchEx = "uprobe_launch_ex"
-	CudaProgUprobeNoop     = "uprobe_noop"
-	CudaProgUprobeSync     = "uprobe_sync"
-	CudaProgUretprobeSync  = "uretprobe_sync"
-	CudaVarFilterMode      = "filter_mode"
-	CudaVarUnusedEvent     = "unused_event"
-	CudaVarWakeupBytes     = "wakeup_bytes"
+	CudaMapDrops                = "drops"
+	CudaMapEvents               = "events"
+	CudaMapFilterCgroups        = "filter_cgroups"
+	CudaMapFilterTgids          = "filter_tgids"
+	CudaMapSyncEntries          = "sync_entries"
+	CudaProgTracepointExec      = "tracepoint_exec"
+	CudaProgTracepointExit      = "tracepoint_exit"
+	CudaProgUprobeArgs          = "uprobe_args"
+	CudaProgUprobeArgsMulti     = "uprobe_args_multi"
+	CudaProgUprobeLaunch        = "uprobe_launch"
+	CudaProgUprobeLaunchEx      = "uprobe_launch_ex"
+	CudaProgUprobeLaunchExMulti = "uprobe_launch_ex_multi"
+	CudaProgUprobeLaunchMulti   = "uprobe_launch_multi"
+	CudaProgUprobeNoop          = "uprobe_noop"
+	CudaProgUprobeNoopMulti     = "uprobe_noop_multi"
+	CudaProgUprobeSync          = "uprobe_sync"
+	CudaProgUprobeSyncMulti     = "uprobe_sync_multi"
+	CudaProgUretprobeSync       = "uretprobe_sync"
+	CudaProgUretprobeSyncMulti  = "uretprobe_sync_multi"
+	CudaVarFilterMode           = "filter_mode"
+	CudaVarUnusedEvent          = "unused_event"
+	CudaVarWakeupBytes          = "wakeup_bytes"
 )
 
 // LoadCuda returns the embedded CollectionSpec for Cuda.
@@ -100,14 +106,20 @@ type CudaSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CudaProgramSpecs struct {
-	TracepointExec *ebpf.ProgramSpec `ebpf:"tracepoint_exec"`
-	TracepointExit *ebpf.ProgramSpec `ebpf:"tracepoint_exit"`
-	UprobeArgs     *ebpf.ProgramSpec `ebpf:"uprobe_args"`
-	UprobeLaunch   *ebpf.ProgramSpec `ebpf:"uprobe_launch"`
-	UprobeLaunchEx *ebpf.ProgramSpec `ebpf:"uprobe_launch_ex"`
-	UprobeNoop     *ebpf.ProgramSpec `ebpf:"uprobe_noop"`
-	UprobeSync     *ebpf.ProgramSpec `ebpf:"uprobe_sync"`
-	UretprobeSync  *ebpf.ProgramSpec `ebpf:"uretprobe_sync"`
+	TracepointExec      *ebpf.ProgramSpec `ebpf:"tracepoint_exec"`
+	TracepointExit      *ebpf.ProgramSpec `ebpf:"tracepoint_exit"`
+	UprobeArgs          *ebpf.ProgramSpec `ebpf:"uprobe_args"`
+	UprobeArgsMulti     *ebpf.ProgramSpec `ebpf:"uprobe_args_multi"`
+	UprobeLaunch        *ebpf.ProgramSpec `ebpf:"uprobe_launch"`
+	UprobeLaunchEx      *ebpf.ProgramSpec `ebpf:"uprobe_launch_ex"`
+	UprobeLaunchExMulti *ebpf.ProgramSpec `ebpf:"uprobe_launch_ex_multi"`
+	UprobeLaunchMulti   *ebpf.ProgramSpec `ebpf:"uprobe_launch_multi"`
+	UprobeNoop          *ebpf.ProgramSpec `ebpf:"uprobe_noop"`
+	UprobeNoopMulti     *ebpf.ProgramSpec `ebpf:"uprobe_noop_multi"`
+	UprobeSync          *ebpf.ProgramSpec `ebpf:"uprobe_sync"`
+	UprobeSyncMulti     *ebpf.ProgramSpec `ebpf:"uprobe_sync_multi"`
+	UretprobeSync       *ebpf.ProgramSpec `ebpf:"uretprobe_sync"`
+	UretprobeSyncMulti  *ebpf.ProgramSpec `ebpf:"uretprobe_sync_multi"`
 }
 
 // CudaMapSpecs contains maps before they are loaded into the kernel.
@@ -180,14 +192,20 @@ type CudaVariables struct {
 //
 // It can be passed to LoadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CudaPrograms struct {
-	TracepointExec *ebpf.Program `ebpf:"tracepoint_exec"`
-	TracepointExit *ebpf.Program `ebpf:"tracepoint_exit"`
-	UprobeArgs     *ebpf.Program `ebpf:"uprobe_args"`
-	UprobeLaunch   *ebpf.Program `ebpf:"uprobe_launch"`
-	UprobeLaunchEx *ebpf.Program `ebpf:"uprobe_launch_ex"`
-	UprobeNoop     *ebpf.Program `ebpf:"uprobe_noop"`
-	UprobeSync     *ebpf.Program `ebpf:"uprobe_sync"`
-	UretprobeSync  *ebpf.Program `ebpf:"uretprobe_sync"`
+	TracepointExec      *ebpf.Program `ebpf:"tracepoint_exec"`
+	TracepointExit      *ebpf.Program `ebpf:"tracepoint_exit"`
+	UprobeArgs          *ebpf.Program `ebpf:"uprobe_args"`
+	UprobeArgsMulti     *ebpf.Program `ebpf:"uprobe_args_multi"`
+	UprobeLaunch        *ebpf.Program `ebpf:"uprobe_launch"`
+	UprobeLaunchEx      *ebpf.Program `ebpf:"uprobe_launch_ex"`
+	UprobeLaunchExMulti *ebpf.Program `ebpf:"uprobe_launch_ex_multi"`
+	UprobeLaunchMulti   *ebpf.Program `ebpf:"uprobe_launch_multi"`
+	UprobeNoop          *ebpf.Program `ebpf:"uprobe_noop"`
+	UprobeNoopMulti     *ebpf.Program `ebpf:"uprobe_noop_multi"`
+	UprobeSync          *ebpf.Program `ebpf:"uprobe_sync"`
+	UprobeSyncMulti     *ebpf.Program `ebpf:"uprobe_sync_multi"`
+	UretprobeSync       *ebpf.Program `ebpf:"uretprobe_sync"`
+	UretprobeSyncMulti  *ebpf.Program `ebpf:"uretprobe_sync_multi"`
 }
 
 func (p *CudaPrograms) Close() error {
@@ -195,11 +213,17 @@ func (p *CudaPrograms) Close() error {
 		p.TracepointExec,
 		p.TracepointExit,
 		p.UprobeArgs,
+		p.UprobeArgsMulti,
 		p.UprobeLaunch,
 		p.UprobeLaunchEx,
+		p.UprobeLaunchExMulti,
+		p.UprobeLaunchMulti,
 		p.UprobeNoop,
+		p.UprobeNoopMulti,
 		p.UprobeSync,
+		p.UprobeSyncMulti,
 		p.UretprobeSync,
+		p.UretprobeSyncMulti,
 	)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -35,14 +36,17 @@ func (l *attachedLibrary) info() Library {
 	return lib
 }
 
-// close detaches in reverse order of attaching.
+// close detaches every probe. The links are independent, and each detach
+// waits for a kernel grace period (tens of ms on a paravirtualized guest),
+// so they are closed concurrently; errors are joined in reverse order of
+// attaching.
 func (l *attachedLibrary) close() error {
-	var errs []error
-	for i := len(l.links) - 1; i >= 0; i-- {
-		if err := l.links[i].Close(); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(l.links))
+	var wg sync.WaitGroup
+	for i, lk := range l.links {
+		wg.Go(func() { errs[len(errs)-1-i] = lk.Close() })
 	}
+	wg.Wait()
 	l.links = nil
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("detach %s: %w", l.cand.path, err)
@@ -52,24 +56,31 @@ func (l *attachedLibrary) close() error {
 
 // programFor returns the entry program of a Func and, for synchronizers,
 // the return program.
-func programFor(objs *bpf.CudaObjects, f trace.Func) (entry, ret *ebpf.Program) {
+func programFor(p *programs, f trace.Func) (entry, ret *ebpf.Program) {
 	switch f {
 	case trace.FuncLaunchKernel, trace.FuncLaunchKernelPtsz,
 		trace.FuncLaunchCooperativeKernel, trace.FuncLaunchCooperativeKernelPtsz:
-		return objs.UprobeLaunch, nil
+		return p.launch, nil
 	case trace.FuncLaunchKernelEx, trace.FuncLaunchKernelExPtsz:
-		return objs.UprobeLaunchEx, nil
+		return p.launchEx, nil
 	}
 	if f.Info().Kind == trace.KindSync {
-		return objs.UprobeSync, objs.UretprobeSync
+		return p.sync, p.retSync
 	}
 	// Copies and cuGraphLaunch: four register arguments.
-	return objs.UprobeArgs, nil
+	return p.args, nil
+}
+
+// sites are the attach points of one program in one library.
+type sites struct {
+	ret                     bool
+	addrs, offsets, cookies []uint64
+	names                   []string
 }
 
 // attachLibrary resolves and attaches every probed function present in one
 // library file. On error nothing stays attached.
-func attachLibrary(objs *bpf.CudaObjects, c candidate, mode probeMode) (*attachedLibrary, error) {
+func attachLibrary(p *programs, c candidate, mode probeMode) (*attachedLibrary, error) {
 	l := &attachedLibrary{cand: c}
 	syms, err := resolveSymbols(c.path)
 	if err != nil {
@@ -78,6 +89,20 @@ func attachLibrary(objs *bpf.CudaObjects, c candidate, mode probeMode) (*attache
 	ex, err := link.OpenExecutable(c.path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s for uprobes: %w", c.path, err)
+	}
+	var order []*ebpf.Program
+	byProg := map[*ebpf.Program]*sites{}
+	add := func(prog *ebpf.Program, ret bool, sym symbol, offset, cookie uint64) {
+		s, ok := byProg[prog]
+		if !ok {
+			s = &sites{ret: ret}
+			byProg[prog] = s
+			order = append(order, prog)
+		}
+		s.addrs = append(s.addrs, sym.address)
+		s.offsets = append(s.offsets, offset)
+		s.cookies = append(s.cookies, cookie)
+		s.names = append(s.names, sym.name)
 	}
 	for _, f := range trace.Funcs() {
 		sym, ok := syms[f]
@@ -89,37 +114,61 @@ func attachLibrary(objs *bpf.CudaObjects, c candidate, mode probeMode) (*attache
 			l.missing = append(l.missing, f.String()+" (ifunc)")
 			continue
 		}
-		entry, ret := programFor(objs, f)
+		entry, ret := programFor(p, f)
 		offset := sym.offset
 		switch mode {
 		case probeNoop:
-			entry, ret = objs.UprobeNoop, nil
+			entry, ret = p.noop, nil
 		case probeEntryOffset:
 			offset = 0
 		}
-		opts := &link.UprobeOptions{
-			Address: sym.address,
-			Offset:  offset,
-			Cookie:  uint64(f) | uint64(f.Info().Kind)<<bpf.CookieKindShift,
-		}
-		up, err := ex.Uprobe("", entry, opts)
-		if err != nil {
-			l.close()
-			return nil, fmt.Errorf("attach uprobe %s in %s at %#x+%d: %w", sym.name, c.path, sym.address, offset, err)
-		}
-		l.links = append(l.links, up)
+		cookie := uint64(f) | uint64(f.Info().Kind)<<bpf.CookieKindShift
+		add(entry, false, sym, offset, cookie)
 		if ret != nil {
-			rp, err := ex.Uretprobe("", ret, opts)
-			if err != nil {
-				l.close()
-				return nil, fmt.Errorf("attach uretprobe %s in %s: %w", sym.name, c.path, err)
-			}
-			l.links = append(l.links, rp)
+			add(ret, true, sym, offset, cookie)
 		}
 		l.probes = append(l.probes, Probe{Func: f, Symbol: sym.name, Address: sym.address,
 			Offset: offset, Prologue: sym.prologue, Return: ret != nil})
 	}
+	for _, prog := range order {
+		s := byProg[prog]
+		if err := l.attach(ex, prog, s, p.multi); err != nil {
+			l.close()
+			return nil, err
+		}
+	}
 	return l, nil
+}
+
+// attach attaches prog at every site: with one uprobe_multi link, or one
+// perf-event uprobe per site.
+func (l *attachedLibrary) attach(ex *link.Executable, prog *ebpf.Program, s *sites, multi bool) error {
+	if multi {
+		opts := &link.UprobeMultiOptions{Addresses: s.addrs, Offsets: s.offsets, Cookies: s.cookies}
+		attach := ex.UprobeMulti
+		if s.ret {
+			attach = ex.UretprobeMulti
+		}
+		lk, err := attach(nil, prog, opts)
+		if err != nil {
+			return fmt.Errorf("attach %s at %d sites in %s (uprobe_multi): %w", prog, len(s.addrs), l.cand.path, err)
+		}
+		l.links = append(l.links, lk)
+		return nil
+	}
+	for i := range s.addrs {
+		opts := &link.UprobeOptions{Address: s.addrs[i], Offset: s.offsets[i], Cookie: s.cookies[i]}
+		attach := ex.Uprobe
+		if s.ret {
+			attach = ex.Uretprobe
+		}
+		lk, err := attach("", prog, opts)
+		if err != nil {
+			return fmt.Errorf("attach %s to %s in %s at %#x+%d: %w", prog, s.names[i], l.cand.path, s.addrs[i], s.offsets[i], err)
+		}
+		l.links = append(l.links, lk)
+	}
+	return nil
 }
 
 // probeMode selects what is attached; the modes other than probeFull exist

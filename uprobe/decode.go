@@ -77,7 +77,7 @@ func Decode(raw []byte, ev *trace.Event) error {
 				SharedMem: dim(6),
 			}
 		case trace.KindCopy:
-			decodeCopy(info, arg(0), arg(1), arg(2), arg(3), &ev.Copy)
+			decodeCopy(fn, info, arg(0), arg(1), arg(2), arg(3), &ev.Copy)
 		case trace.KindSync:
 			ev.Sync = trace.Sync{
 				Handle:   arg(0),
@@ -112,14 +112,21 @@ func Decode(raw []byte, ev *trace.Event) error {
 
 // decodeCopy maps a copy's first four arguments by the function's layout:
 // cuMemcpyHtoD*(dstDevice, srcHost, ByteCount[, hStream]) and
-// cuMemcpyDtoH*(dstHost, srcDevice, ByteCount[, hStream]).
-func decodeCopy(info trace.FuncInfo, a0, a1, a2, a3 uint64, c *trace.Copy) {
+// cuMemcpyDtoH*(dstHost, srcDevice, ByteCount[, hStream]). The v1 forms
+// take a 32-bit device pointer and byte count, whose registers' upper
+// halves the ABI leaves undefined.
+func decodeCopy(fn trace.Func, info trace.FuncInfo, a0, a1, a2, a3 uint64, c *trace.Copy) {
 	c.Dir = info.Dir
 	c.Bytes = a2
 	if info.Dir == trace.CopyDtoH {
 		c.Host, c.Device = a0, a1
 	} else {
 		c.Device, c.Host = a0, a1
+	}
+	switch fn {
+	case trace.FuncMemcpyHtoD, trace.FuncMemcpyHtoDAsync, trace.FuncMemcpyDtoH, trace.FuncMemcpyDtoHAsync:
+		c.Device &= 0xffffffff
+		c.Bytes &= 0xffffffff
 	}
 	if info.Async {
 		c.Stream = a3

@@ -40,12 +40,24 @@ func resolveSymbols(path string) (map[trace.Func]symbol, error) {
 		return nil, fmt.Errorf("parse ELF %s: %w", path, err)
 	}
 	defer ef.Close()
-	return resolveELF(ef, f, path)
+	byName, err := resolveELF(ef, f, path, func(name string) bool {
+		_, ok := trace.FuncBySymbol(name)
+		return ok
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[trace.Func]symbol, len(byName))
+	for name, sym := range byName {
+		fn, _ := trace.FuncBySymbol(name)
+		m[fn] = sym
+	}
+	return m, nil
 }
 
-// resolveELF is resolveSymbols on an opened file; r reads the raw file for
-// the prologues.
-func resolveELF(ef *elf.File, r io.ReaderAt, path string) (m map[trace.Func]symbol, err error) {
+// resolveELF resolves the defined dynamic function symbols whose bare name
+// want accepts, keyed by bare name; r reads the raw file for the prologues.
+func resolveELF(ef *elf.File, r io.ReaderAt, path string, want func(string) bool) (m map[string]symbol, err error) {
 	// debug/elf panics on some corrupt inputs; a bad library must be an
 	// error, never a crash of the daemon.
 	defer func() {
@@ -60,10 +72,9 @@ func resolveELF(ef *elf.File, r io.ReaderAt, path string) (m map[trace.Func]symb
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
 		return nil, fmt.Errorf("read .dynsym of %s: %w", path, err)
 	}
-	m = make(map[trace.Func]symbol)
+	m = make(map[string]symbol)
 	for _, s := range syms {
-		fn, ok := trace.FuncBySymbol(s.Name)
-		if !ok || s.Section == elf.SHN_UNDEF || s.Value == 0 {
+		if !want(s.Name) || s.Section == elf.SHN_UNDEF || s.Value == 0 {
 			continue
 		}
 		typ := elf.ST_TYPE(s.Info)
@@ -79,7 +90,7 @@ func resolveELF(ef *elf.File, r io.ReaderAt, path string) (m map[trace.Func]symb
 		if s.HasVersion && s.Version != "" {
 			name += "@@" + s.Version
 		}
-		if prev, dup := m[fn]; dup {
+		if prev, dup := m[s.Name]; dup {
 			return nil, fmt.Errorf("read .dynsym of %s: %s defined twice as default (%s and %s)", path, s.Name, prev.name, name)
 		}
 		off, ok := fileOffset(ef, s.Value)
@@ -93,7 +104,7 @@ func resolveELF(ef *elf.File, r io.ReaderAt, path string) (m map[trace.Func]symb
 		if !sym.ifunc {
 			sym.offset = attachOffset(ef.Machine, sym.prologue)
 		}
-		m[fn] = sym
+		m[s.Name] = sym
 	}
 	return m, nil
 }

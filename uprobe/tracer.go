@@ -64,6 +64,9 @@ type Options struct {
 
 	// mode replaces the programs for the probe-cost benchmarks.
 	mode probeMode
+	// singleProbes forces one perf-event uprobe per site even where
+	// uprobe_multi links exist (tests of the older kernels' path).
+	singleProbes bool
 }
 
 // withDefaults returns a copy of o (nil allowed) with defaults filled in.
@@ -146,7 +149,7 @@ type Probe struct {
 // use, except that Read is meant for one consumer goroutine.
 type Tracer struct {
 	opts  Options
-	objs  bpf.CudaObjects
+	objs  *objects
 	procs []link.Link // exec/exit tracepoints
 	ring  *ringbuf.Reader
 	q     *queue
@@ -195,34 +198,34 @@ func Open(opts *Options) (*Tracer, error) {
 		return nil, fmt.Errorf("set wakeup threshold: %w", err)
 	}
 	t := &Tracer{opts: o, done: make(chan struct{}), libraries: map[fileID]*attachedLibrary{}}
-	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
-		return nil, fmt.Errorf("load CUDA probes (needs CAP_BPF and CAP_PERFMON; on kernels before 5.11 MEMLOCK may be too low, consider rlimit.RemoveMemlock): %w", err)
+	if t.objs, err = load(spec, o.singleProbes); err != nil {
+		return nil, err
 	}
 	fail := func(err error) (*Tracer, error) {
 		return nil, errors.Join(err, t.Close())
 	}
 	one := uint8(1)
 	for _, pid := range o.PIDs {
-		if err := t.objs.FilterTgids.Put(pid, one); err != nil {
+		if err := t.objs.maps.FilterTgids.Put(pid, one); err != nil {
 			return fail(fmt.Errorf("add pid %d to the filter: %w", pid, err))
 		}
 	}
 	for _, cg := range o.Cgroups {
-		if err := t.objs.FilterCgroups.Put(cg, one); err != nil {
+		if err := t.objs.maps.FilterCgroups.Put(cg, one); err != nil {
 			return fail(fmt.Errorf("add cgroup %d to the filter: %w", cg, err))
 		}
 	}
 	for _, tp := range []struct {
 		name string
 		prog *ebpf.Program
-	}{{"sched_process_exec", t.objs.TracepointExec}, {"sched_process_exit", t.objs.TracepointExit}} {
+	}{{"sched_process_exec", t.objs.tps.Exec}, {"sched_process_exit", t.objs.tps.Exit}} {
 		l, err := link.Tracepoint("sched", tp.name, tp.prog, nil)
 		if err != nil {
 			return fail(fmt.Errorf("attach tracepoint sched/%s: %w", tp.name, err))
 		}
 		t.procs = append(t.procs, l)
 	}
-	t.ring, err = ringbuf.NewReader(t.objs.Events)
+	t.ring, err = ringbuf.NewReader(t.objs.maps.Events)
 	if err != nil {
 		return fail(fmt.Errorf("open ring buffer: %w", err))
 	}
@@ -302,7 +305,7 @@ func (t *Tracer) Close() error {
 		for i := len(t.procs) - 1; i >= 0; i-- {
 			errs = append(errs, t.procs[i].Close())
 		}
-		errs = append(errs, t.objs.Close())
+		errs = append(errs, t.objs.close())
 		t.closeErr = errors.Join(errs...)
 	})
 	return t.closeErr
@@ -311,7 +314,7 @@ func (t *Tracer) Close() error {
 // drops sums the per-CPU reserve-failure counters.
 func (t *Tracer) drops() uint64 {
 	var perCPU []uint64
-	if err := t.objs.Drops.Lookup(uint32(0), &perCPU); err != nil {
+	if err := t.objs.maps.Drops.Lookup(uint32(0), &perCPU); err != nil {
 		return 0
 	}
 	var n uint64
@@ -337,7 +340,7 @@ func (t *Tracer) rescan() error {
 		if _, ok := t.libraries[c.id]; ok {
 			continue
 		}
-		l, err := attachLibrary(&t.objs, c, t.opts.mode)
+		l, err := attachLibrary(&t.objs.progs, c, t.opts.mode)
 		if err != nil {
 			// Remembered (Stats shows why) so it is not retried each scan;
 			// a replaced file has a new inode and is tried afresh.

@@ -1,0 +1,210 @@
+/*
+ * exercise: calls the probed CUDA driver functions of the stub driver with
+ * arguments derived from the call index, so a test can predict every field
+ * of every captured event.
+ *
+ *   exercise calls N      call i (0 <= i < N) goes to variant i % 30 (the
+ *                         order of trace.Funcs) with args(i) below
+ *   exercise sync US      a real launch of US µs emulated kernel time, then
+ *                         the synchronizers on real and on bad handles;
+ *                         prints the handles it used
+ *   exercise serve        reads commands from stdin: "launch N" times N
+ *                         cuLaunchKernel calls and prints ns per call;
+ *                         "calls N" runs the calls mode; "quit" exits
+ *   exercise oldsync      calls cuStreamSynchronize@LIBCUDA_1.0 (the hidden
+ *                         older version) 10 times, then the default once
+ *
+ * With EXERCISE_WAIT set, it first reads one line from stdin, so that a
+ * test can start it before attaching the probes and let it go after.
+ *
+ * SPDX-License-Identifier: Apache-2.0
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cudastub/cuda.h>
+
+/* Handle-like 64-bit values: distinct per call and per argument. */
+static uint64_t h(uint64_t i, uint64_t k) { return 0x100000000ULL * (i % 13 + 1) + i * 64 + k * 8; }
+
+#define F(i) ((CUfunction)h(i, 0))
+#define STREAM(i) ((CUstream)h(i, 1))
+#define EVENT(i) ((CUevent)h(i, 4))
+#define GX(i) ((unsigned)((i) % 65535 + 1))
+#define GY(i) ((unsigned)((i) % 7 + 1))
+#define GZ(i) ((unsigned)((i) % 5 + 1))
+#define BX(i) ((unsigned)((i) % 1024 + 1))
+#define BY(i) ((unsigned)((i) % 3 + 1))
+#define BZ(i) ((unsigned)((i) % 2 + 1))
+#define SHM(i) ((unsigned)(((i) * 16) % 65536))
+#define DEV(i) ((CUdeviceptr)h(i, 2))
+#define DEV32(i) ((CUdeviceptr_v1)((i) * 4096 + 4096))
+#define HOST(i) ((void *)h(i, 3))
+#define BYTES(i) ((size_t)((i) % 4096 + 1))
+
+static CUresult call(uint64_t i)
+{
+	CUlaunchConfig cfg = { GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), STREAM(i), NULL, 0 };
+	switch (i % 30) {
+	case 0: return cuLaunchKernel(F(i), GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), STREAM(i), NULL, NULL);
+	case 1: return cuLaunchKernel_ptsz(F(i), GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), STREAM(i), NULL, NULL);
+	case 2: return cuLaunchKernelEx(&cfg, F(i), NULL, NULL);
+	case 3: return cuLaunchKernelEx_ptsz(&cfg, F(i), NULL, NULL);
+	case 4: return cuLaunchCooperativeKernel(F(i), GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), STREAM(i), NULL);
+	case 5: return cuLaunchCooperativeKernel_ptsz(F(i), GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), STREAM(i), NULL);
+	case 6: return cuGraphLaunch((CUgraphExec)F(i), STREAM(i));
+	case 7: return cuGraphLaunch_ptsz((CUgraphExec)F(i), STREAM(i));
+	case 8: return cuMemcpyHtoD(DEV32(i), HOST(i), (unsigned)BYTES(i));
+	case 9: return cuMemcpyHtoD_v2(DEV(i), HOST(i), BYTES(i));
+	case 10: return cuMemcpyHtoD_v2_ptds(DEV(i), HOST(i), BYTES(i));
+	case 11: return cuMemcpyHtoDAsync(DEV32(i), HOST(i), (unsigned)BYTES(i), STREAM(i));
+	case 12: return cuMemcpyHtoDAsync_v2(DEV(i), HOST(i), BYTES(i), STREAM(i));
+	case 13: return cuMemcpyHtoDAsync_v2_ptsz(DEV(i), HOST(i), BYTES(i), STREAM(i));
+	case 14: return cuMemcpyDtoH(HOST(i), DEV32(i), (unsigned)BYTES(i));
+	case 15: return cuMemcpyDtoH_v2(HOST(i), DEV(i), BYTES(i));
+	case 16: return cuMemcpyDtoH_v2_ptds(HOST(i), DEV(i), BYTES(i));
+	case 17: return cuMemcpyDtoHAsync(HOST(i), DEV32(i), (unsigned)BYTES(i), STREAM(i));
+	case 18: return cuMemcpyDtoHAsync_v2(HOST(i), DEV(i), BYTES(i), STREAM(i));
+	case 19: return cuMemcpyDtoHAsync_v2_ptsz(HOST(i), DEV(i), BYTES(i), STREAM(i));
+	case 20: return cuStreamSynchronize(STREAM(i));
+	case 21: return cuStreamSynchronize_ptsz(STREAM(i));
+	case 22: return cuCtxSynchronize();
+	case 23: return cuEventSynchronize(EVENT(i));
+	case 24: return cuStreamWaitEvent(STREAM(i), EVENT(i), 0);
+	case 25: return cuStreamWaitEvent_ptsz(STREAM(i), EVENT(i), 0);
+	case 26: return cuEventRecord(EVENT(i), STREAM(i));
+	case 27: return cuEventRecord_ptsz(EVENT(i), STREAM(i));
+	case 28: return cuEventRecordWithFlags(EVENT(i), STREAM(i), 0);
+	default: return cuEventRecordWithFlags_ptsz(EVENT(i), STREAM(i), 0);
+	}
+}
+
+static void calls(uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		call(i);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int check(CUresult r, const char *what)
+{
+	if (r != CUDA_SUCCESS) {
+		fprintf(stderr, "exercise: %s: CUresult %d\n", what, r);
+		exit(1);
+	}
+	return 0;
+}
+
+static void sync_mode(uint64_t us)
+{
+	CUdevice dev;
+	CUcontext ctx;
+	CUmodule mod;
+	CUfunction fn;
+	CUstream s;
+	CUevent ev;
+	check(cuInit(0), "cuInit");
+	check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+	check(cuCtxCreate_v2(&ctx, 0, dev), "cuCtxCreate");
+	check(cuModuleLoadData(&mod, "stub"), "cuModuleLoadData");
+	check(cuModuleGetFunction(&fn, mod, "kernel"), "cuModuleGetFunction");
+	check(cuStreamCreate(&s, 0), "cuStreamCreate");
+	check(cuEventCreate(&ev, 0), "cuEventCreate");
+	uint64_t ns = us * 1000;
+	void *params[] = { &ns };
+	printf("stream=%llu event=%llu function=%llu ns=%llu\n", (unsigned long long)(uintptr_t)s,
+		(unsigned long long)(uintptr_t)ev, (unsigned long long)(uintptr_t)fn, (unsigned long long)ns);
+	fflush(stdout);
+	/* 1: stream sync waits for the kernel */
+	check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), "cuLaunchKernel");
+	check(cuStreamSynchronize(s), "cuStreamSynchronize");
+	/* 2: a bad stream */
+	if (cuStreamSynchronize((CUstream)0xbad0) != CUDA_ERROR_INVALID_HANDLE)
+		exit(2);
+	/* 3: event record and event sync wait for the kernel */
+	check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), "cuLaunchKernel");
+	check(cuEventRecord(ev, s), "cuEventRecord");
+	check(cuEventSynchronize(ev), "cuEventSynchronize");
+	/* 4: context sync waits for the kernel */
+	check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), "cuLaunchKernel");
+	check(cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+static void serve(void)
+{
+	char line[128];
+	CUdevice dev;
+	CUcontext ctx;
+	CUmodule mod;
+	CUfunction fn;
+	CUstream s;
+	check(cuInit(0), "cuInit");
+	check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+	check(cuCtxCreate_v2(&ctx, 0, dev), "cuCtxCreate");
+	check(cuModuleLoadData(&mod, "stub"), "cuModuleLoadData");
+	check(cuModuleGetFunction(&fn, mod, "kernel"), "cuModuleGetFunction");
+	check(cuStreamCreate(&s, 0), "cuStreamCreate");
+	printf("ready\n");
+	fflush(stdout);
+	while (fgets(line, sizeof line, stdin) != NULL) {
+		unsigned long long n;
+		if (sscanf(line, "launch %llu", &n) == 1) {
+			uint64_t t0 = now_ns();
+			for (unsigned long long i = 0; i < n; i++)
+				cuLaunchKernel(fn, GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), s, NULL, NULL);
+			uint64_t t1 = now_ns();
+			printf("%.1f\n", (double)(t1 - t0) / (double)n);
+		} else if (sscanf(line, "calls %llu", &n) == 1) {
+			calls(n);
+			printf("done\n");
+		} else {
+			break;
+		}
+		fflush(stdout);
+	}
+}
+
+static void oldsync(void)
+{
+	CUresult (*old)(CUstream) = (CUresult(*)(CUstream))dlvsym(RTLD_DEFAULT, "cuStreamSynchronize", "LIBCUDA_1.0");
+	if (old == NULL) {
+		fprintf(stderr, "exercise: no cuStreamSynchronize@LIBCUDA_1.0: %s\n", dlerror());
+		exit(1);
+	}
+	for (int i = 0; i < 10; i++)
+		old((CUstream)0x01d0);
+	cuStreamSynchronize((CUstream)0x2e40);
+}
+
+int main(int argc, char **argv)
+{
+	if (getenv("EXERCISE_WAIT") != NULL) {
+		char line[16];
+		if (fgets(line, sizeof line, stdin) == NULL)
+			return 3;
+	}
+	if (argc == 3 && strcmp(argv[1], "calls") == 0)
+		calls(strtoull(argv[2], NULL, 10));
+	else if (argc == 3 && strcmp(argv[1], "sync") == 0)
+		sync_mode(strtoull(argv[2], NULL, 10));
+	else if (argc == 2 && strcmp(argv[1], "serve") == 0)
+		serve();
+	else if (argc == 2 && strcmp(argv[1], "oldsync") == 0)
+		oldsync();
+	else {
+		fprintf(stderr, "usage: exercise calls N | sync US | serve | oldsync\n");
+		return 2;
+	}
+	return 0;
+}
