@@ -43,8 +43,7 @@ func isLibcuda(path string) bool {
 // paths, the ld.so.cache entries, the search directories, and every file
 // mapped by a process (through /proc/PID/root so that files inside other
 // mount namespaces are found, or /proc/PID/map_files for deleted ones).
-// Files are de-duplicated by (device, inode); the first path found wins,
-// host paths before container paths. Errors about single entries (a process
+// Files are de-duplicated by (device, inode); the first path found wins. Errors about single entries (a process
 // that exited mid-scan) are ignored; an extra path that cannot be read is
 // reported.
 func discover(o *Options) ([]candidate, error) {
