@@ -1,0 +1,183 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// eventFilter applies --pid, --cgroup and --comm in user space (the live
+// tracer applies --pid and --cgroup in the kernel too; a replay only here)
+// and keeps each process's name for the output.
+type eventFilter struct {
+	pids    map[uint32]bool
+	cgroups map[uint64]bool
+	comms   map[string]bool
+	// procRoot is where live process names are read (/proc/PID/comm) for
+	// processes whose exec was not seen; empty for a replay.
+	procRoot string
+	// names caches each process's name: from its exec event, else procfs.
+	names map[uint32]string
+}
+
+// taskCommLen is the kernel's TASK_COMM_LEN: names are cut to 15 bytes.
+const taskCommLen = 16
+
+func newEventFilter(o *traceOptions) (*eventFilter, error) {
+	f := &eventFilter{names: map[uint32]string{}}
+	if len(o.pids) > 0 {
+		f.pids = map[uint32]bool{}
+		for _, p := range o.pids {
+			f.pids[p] = true
+		}
+	}
+	if len(o.cgroups) > 0 {
+		f.cgroups = map[uint64]bool{}
+		root := o.cgroupRoot
+		if root == "" {
+			root = "/sys/fs/cgroup"
+		}
+		for _, c := range o.cgroups {
+			id, err := resolveCgroup(root, c)
+			if err != nil {
+				return nil, err
+			}
+			f.cgroups[id] = true
+		}
+	}
+	if len(o.comms) > 0 {
+		f.comms = map[string]bool{}
+		for _, c := range o.comms {
+			if c == "" {
+				return nil, fmt.Errorf("--comm: empty process name")
+			}
+			// Match what the kernel keeps: the first 15 bytes.
+			if len(c) > taskCommLen-1 {
+				c = c[:taskCommLen-1]
+			}
+			f.comms[c] = true
+		}
+	}
+	return f, nil
+}
+
+// cgroupIDs returns the --cgroup ids for the in-kernel filter.
+func (f *eventFilter) cgroupIDs() []uint64 {
+	var ids []uint64
+	for id := range f.cgroups {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// match reports whether ev passes the filters and returns its process's
+// name ("" if unknown). --pid and --cgroup select processes when either
+// matches (as in the kernel); --comm must match as well when given.
+func (f *eventFilter) match(ev *trace.Event) (string, bool) {
+	name := f.name(ev)
+	if ev.Kind == trace.KindExit {
+		delete(f.names, ev.PID)
+	}
+	if f.pids != nil || f.cgroups != nil {
+		if !f.pids[ev.PID] && !f.cgroups[ev.Cgroup] {
+			return name, false
+		}
+	}
+	if f.comms != nil && !f.comms[name] {
+		return name, false
+	}
+	return name, true
+}
+
+// name returns the process name of ev's PID: an exec or exit event carries
+// it; otherwise the cache, filled from procfs on first sight when live.
+func (f *eventFilter) name(ev *trace.Event) string {
+	if ev.Kind == trace.KindExec || ev.Kind == trace.KindExit {
+		if c := ev.Proc.CommString(); c != "" {
+			f.names[ev.PID] = c
+			return c
+		}
+	}
+	if c, ok := f.names[ev.PID]; ok {
+		return c
+	}
+	var c string
+	if f.procRoot != "" {
+		if b, err := os.ReadFile(filepath.Join(f.procRoot, strconv.FormatUint(uint64(ev.PID), 10), "comm")); err == nil {
+			c = strings.TrimSuffix(string(b), "\n")
+		}
+	}
+	// Remember misses too, so an unknown process costs one read, not one
+	// per event.
+	f.names[ev.PID] = c
+	return c
+}
+
+// resolveCgroup turns a --cgroup value into a cgroup v2 id: a number is
+// taken as the id; a path (absolute, or relative to root) is the cgroup
+// directory, whose inode number is its id.
+func resolveCgroup(root, v string) (uint64, error) {
+	if id, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if id == 0 {
+			return 0, fmt.Errorf("--cgroup 0: not a cgroup id")
+		}
+		return id, nil
+	}
+	path := v
+	if !strings.HasPrefix(path, root+"/") && path != root {
+		path = filepath.Join(root, strings.TrimPrefix(v, "/"))
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("--cgroup %s: %w (want a cgroup v2 directory under %s, or its id)", v, &os.PathError{Op: "stat", Path: path, Err: err}, root)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return 0, fmt.Errorf("--cgroup %s: %s is not a directory", v, path)
+	}
+	return st.Ino, nil
+}
+
+// tracingCaps are the capabilities live tracing needs: CAP_BPF to load the
+// programs and maps, CAP_PERFMON to attach uprobes and tracepoints.
+var tracingCaps = []caps.Cap{caps.BPF, caps.Perfmon}
+
+// requireTracing returns nil when have allows live tracing, else an error
+// naming each missing capability and how to get it, exiting with 77.
+func requireTracing(have caps.Set) error {
+	miss := caps.Missing(have, tracingCaps...)
+	if len(miss) == 0 {
+		return nil
+	}
+	names := make([]string, len(miss))
+	lower := make([]string, len(miss))
+	for i, c := range miss {
+		names[i] = c.String()
+		lower[i] = strings.ToLower(c.String())
+	}
+	return &privilegeError{msg: fmt.Sprintf(
+		"tracing CUDA calls needs %s, which this process lacks: run it as root (sudo arbiter trace), "+
+			"grant the capabilities (sudo setcap %s+ep %s), or use --replay FILE, which needs none",
+		strings.Join(names, " and "), strings.Join(lower, ","), executable())}
+}
+
+// privilegeError is a missing privilege; the process exits with 77
+// (EX_NOPERM).
+type privilegeError struct{ msg string }
+
+func (e *privilegeError) Error() string { return e.msg }
+
+// ExitCode returns 77 (EX_NOPERM).
+func (e *privilegeError) ExitCode() int { return 77 }
+
+func executable() string {
+	if p, err := os.Executable(); err == nil {
+		return p
+	}
+	return "arbiter"
+}

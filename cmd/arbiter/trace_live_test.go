@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/internal/cudastub"
+	"github.com/gpu-arbiter/arbiter/internal/testenv"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// TestTraceLive traces the stub inference workload with the real probes and
+// checks every event and the summary.
+func TestTraceLive(t *testing.T) {
+	testenv.Privileged(t)
+	b := cudastub.ForTest(t)
+	infer := exec.Command(b.Infer, "--rate", "100", "--duration", "4", "--launches", "4", "--kernel-us", "100", "--bytes", "65536")
+	var inferErr bytes.Buffer
+	infer.Stderr = &inferErr
+	if err := infer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { infer.Process.Kill(); infer.Wait() })
+	time.Sleep(200 * time.Millisecond)
+
+	pid := infer.Process.Pid
+	o := &traceOptions{format: "json", pids: []uint32{uint32(pid)}, libs: []string{b.Lib},
+		duration: 1500 * time.Millisecond, idleGap: trace.DefaultIdleGap}
+	var stdout, stderr bytes.Buffer
+	if err := runTrace(context.Background(), o, &stdout, &stderr, nil); err != nil {
+		t.Fatalf("trace: %v\n%s", err, stderr.String())
+	}
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if ev["pid"] != float64(pid) || ev["comm"] != "infer" {
+			t.Fatalf("event of another process: %s", line)
+		}
+		fn, _ := ev["func"].(string)
+		counts[fn]++
+		switch fn {
+		case "cuLaunchKernel":
+			if g, _ := json.Marshal(ev["grid"]); string(g) != "[64,1,1]" {
+				t.Errorf("grid %s in %s", g, line)
+			}
+		case "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2":
+			if ev["bytes"] != float64(65536) {
+				t.Errorf("bytes in %s", line)
+			}
+		case "cuStreamSynchronize":
+			if ev["result_name"] != "CUDA_SUCCESS" || ev["duration_ns"].(float64) < 300_000 {
+				t.Errorf("sync %s: want success after >= 4×100 µs less the copies' overlap", line)
+			}
+		default:
+			t.Errorf("unexpected event %s", line)
+		}
+	}
+	reqs := counts["cuStreamSynchronize"]
+	if reqs < 50 || counts["cuLaunchKernel"] < 4*reqs-4 || counts["cuLaunchKernel"] > 4*reqs+4 {
+		t.Errorf("counts %v: want ~150 requests of 4 launches in 1.5 s at 100/s", counts)
+	}
+	sum := stderr.String()
+	if !strings.Contains(sum, "attached 30 probes to "+b.Lib) {
+		t.Errorf("no attach report:\n%s", sum)
+	}
+	row := ""
+	for _, line := range strings.Split(sum, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == strconv.Itoa(pid) {
+			row = line
+		}
+	}
+	if f := strings.Fields(row); len(f) < 7 || f[1] != "infer" || f[2] != strconv.Itoa(counts["cuLaunchKernel"]) {
+		t.Errorf("summary row %q does not match %v\n%s", row, counts, sum)
+	}
+	if !strings.Contains(sum, " 0 dropped") {
+		t.Errorf("drops reported:\n%s", sum)
+	}
+}
