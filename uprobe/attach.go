@@ -119,6 +119,11 @@ func attachLibrary(p *programs, c candidate, mode probeMode) (*attachedLibrary, 
 		switch mode {
 		case probeNoop:
 			entry, ret = p.noop, nil
+		case probeNoopReturn:
+			entry = p.noop
+			if ret != nil {
+				ret = p.noop
+			}
 		case probeEntryOffset:
 			offset = 0
 		}
@@ -178,6 +183,7 @@ type probeMode uint8
 const (
 	probeFull        probeMode = iota
 	probeNoop                  // the empty program at the same sites
+	probeNoopReturn            // the empty program, also as return probe on syncs
 	probeEntryOffset           // the real programs, always at the entry
 )
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -152,8 +151,7 @@ func (p *proc) medianPerCall(t testing.TB, n, reps int) float64 {
 	for i := range v {
 		v[i] = p.perCall(t, n)
 	}
-	sort.Float64s(v)
-	return v[reps/2]
+	return median(v)
 }
 
 // h mirrors exercise.c's handle-like argument values.

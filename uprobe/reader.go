@@ -88,6 +88,10 @@ func (t *Tracer) readLoop() {
 			return false
 		}
 	}
+	// The deadline is renewed per poll cycle, not per record: ReadInto
+	// only waits on it once the ring is empty, and an expired one then just
+	// ends the cycle.
+	t.ring.SetDeadline(time.Now().Add(pollInterval))
 	for {
 		if b == nil {
 			select {
@@ -96,7 +100,6 @@ func (t *Tracer) readLoop() {
 				return
 			}
 		}
-		t.ring.SetDeadline(time.Now().Add(pollInterval))
 		err := t.ring.ReadInto(&rec)
 		switch {
 		case err == nil:
@@ -104,6 +107,7 @@ func (t *Tracer) readLoop() {
 			if !send() {
 				return
 			}
+			t.ring.SetDeadline(time.Now().Add(pollInterval))
 			continue
 		default: // closed
 			return

@@ -10,6 +10,8 @@
  *                         prints the handles it used
  *   exercise serve        reads commands from stdin: "launch N" times N
  *                         cuLaunchKernel calls and prints ns per call;
+ *                         "sync N" the same for cuStreamSynchronize on an
+ *                         idle stream;
  *                         "calls N" runs the calls mode; "quit" exits
  *   exercise oldsync      calls cuStreamSynchronize@LIBCUDA_1.0 (the hidden
  *                         older version) 10 times, then the default once
@@ -163,6 +165,12 @@ static void serve(void)
 			uint64_t t0 = now_ns();
 			for (unsigned long long i = 0; i < n; i++)
 				cuLaunchKernel(fn, GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), s, NULL, NULL);
+			uint64_t t1 = now_ns();
+			printf("%.1f\n", (double)(t1 - t0) / (double)n);
+		} else if (sscanf(line, "sync %llu", &n) == 1) {
+			uint64_t t0 = now_ns();
+			for (unsigned long long i = 0; i < n; i++)
+				cuStreamSynchronize(s);
 			uint64_t t1 = now_ns();
 			printf("%.1f\n", (double)(t1 - t0) / (double)n);
 		} else if (sscanf(line, "calls %llu", &n) == 1) {

@@ -1,0 +1,228 @@
+package uprobe
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// drain reads events until the tracer closes; it returns a wait function.
+func drain(tr *Tracer) func() {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var ev trace.Event
+		for tr.Read(&ev) == nil {
+		}
+	})
+	return wg.Wait
+}
+
+// BenchmarkProbeCost measures, in one serving process and one run, the
+// per-call time of cuLaunchKernel and cuStreamSynchronize (an idle stream)
+// under each probe configuration:
+//
+//	unprobed       no probes
+//	noop           the empty program at the chosen attach point (+4 after
+//	               endbr64): the bare trap cost of that site
+//	probe          the real programs there, reader draining the ring
+//	probe-entry    the real programs at the function entry (endbr64, which
+//	               the kernel single-steps)
+//	noop+ret       the empty program on entry and return (syncs)
+//
+// and reports probe/noop (budget ≤ 1.1), the speed-up of the emulated
+// attach point over the entry, and the uretprobe's cost.
+func BenchmarkProbeCost(b *testing.B) {
+	r := newRig(b)
+	p := r.start(b, nil, false, "serve")
+	if l := p.line(b); l != "ready" {
+		b.Fatalf("exerciser said %q", l)
+	}
+	n := max(b.N, 2000)
+	const reps = 5
+	measure := func(cmd string) float64 {
+		v := make([]float64, reps)
+		for i := range v {
+			p.send(b, cmd+" "+strconv.Itoa(n))
+			f, err := strconv.ParseFloat(p.line(b), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			v[i] = f
+		}
+		return median(v)
+	}
+	with := func(mode probeMode) (launch, syncNs float64) {
+		o := r.options()
+		o.PIDs = []uint32{p.pid}
+		o.mode = mode
+		tr, err := Open(o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wait := drain(tr)
+		launch, syncNs = measure("launch"), measure("sync")
+		if s := tr.Stats(); s.Drops != 0 || s.DecodeErrors != 0 {
+			b.Errorf("mode %d: %d drops, %d decode errors", mode, s.Drops, s.DecodeErrors)
+		}
+		if err := tr.Close(); err != nil {
+			b.Fatal(err)
+		}
+		wait()
+		return launch, syncNs
+	}
+	b.ResetTimer()
+	baseL, baseS := measure("launch"), measure("sync")
+	noopL, noopS := with(probeNoop)
+	probeL, probeS := with(probeFull)
+	entryL, _ := with(probeEntryOffset)
+	_, retS := with(probeNoopReturn)
+	b.StopTimer()
+
+	b.ReportMetric(baseL, "unprobed-ns/call")
+	b.ReportMetric(noopL, "noop-ns/call")
+	b.ReportMetric(probeL, "probe-ns/call")
+	b.ReportMetric(entryL, "probe-entry-ns/call")
+	b.ReportMetric((probeL-baseL)/(noopL-baseL), "probe/noop")
+	b.ReportMetric((entryL-baseL)/(probeL-baseL), "entry/emulated")
+	b.ReportMetric(retS-noopS, "uretprobe-ns")
+	b.ReportMetric((probeS-baseS)/(noopS-baseS), "sync-probe/noop")
+	b.Logf("launch ns/call: unprobed %.0f, noop %.0f, probe %.0f, probe at entry %.0f", baseL, noopL, probeL, entryL)
+	b.Logf("sync ns/call: unprobed %.0f, noop %.0f, noop+ret %.0f, probe+ret %.0f", baseS, noopS, retS, probeS)
+}
+
+// BenchmarkEventPipeline drives the real probes as hard as this machine
+// can (one exerciser per CPU making calls through every variant) with the
+// reader decoding, and reports the sustained events/s and the drops, which
+// must be zero while the reader keeps up.
+func BenchmarkEventPipeline(b *testing.B) {
+	r := newRig(b)
+	o := r.options()
+	tr, err := Open(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	procs := 2
+	calls := max(b.N/procs, 10_000)
+	var ps []*proc
+	pids := map[uint32]bool{}
+	for range procs {
+		p := r.start(b, nil, true, "calls", strconv.Itoa(calls))
+		ps = append(ps, p)
+		pids[p.pid] = true
+	}
+	var got, exits int
+	var first, last uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var ev trace.Event
+		for tr.Read(&ev) == nil {
+			if !pids[ev.PID] {
+				continue
+			}
+			switch ev.Kind {
+			case trace.KindExit:
+				if exits++; exits == procs {
+					return
+				}
+				continue
+			case trace.KindExec:
+				continue
+			}
+			if first == 0 {
+				first = ev.Time
+			}
+			last = ev.Time
+			got++
+		}
+	}()
+	b.ResetTimer()
+	start := time.Now()
+	for _, p := range ps {
+		p.send(b, "go")
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Fatal("events did not arrive")
+	}
+	wall := time.Since(start)
+	b.StopTimer()
+	for _, p := range ps {
+		p.wait(b)
+	}
+	s := tr.Stats()
+	if got != procs*calls || s.Drops != 0 {
+		b.Errorf("%d events of %d calls, %d drops", got, procs*calls, s.Drops)
+	}
+	b.ReportMetric(float64(got)/wall.Seconds(), "events/s")
+	b.ReportMetric(float64(got)/(float64(last-first)/1e9), "producer-events/s")
+	b.ReportMetric(float64(s.Drops), "drops")
+}
+
+// BenchmarkDecode is the reader's per-record cost alone.
+func BenchmarkDecode(b *testing.B) {
+	raw := make([][]byte, 0, len(trace.Funcs()))
+	for i := range uint64(len(trace.Funcs())) {
+		ev := expectCall(i, 1)
+		rec := make([]byte, RecordSize)
+		rec[offKind] = uint8(ev.Kind)
+		rec[offFunc] = uint8(ev.Func)
+		raw = append(raw, rec)
+	}
+	var ev trace.Event
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if err := Decode(raw[i%len(raw)], &ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkReaderDrain measures the Go side alone, end to end: a workload
+// fills the ring while nobody reads, then Read drains it (ring buffer,
+// decode, batch hand-off) as fast as it can. The kernel producer cannot
+// reach this rate on this machine, so it is measured on a pre-filled ring.
+func BenchmarkReaderDrain(b *testing.B) {
+	r := newRig(b)
+	calls := 140_000 // fits the 16 MiB ring with the reader's queue
+	p := r.start(b, nil, true, "calls", strconv.Itoa(calls))
+	o := r.options()
+	o.PIDs = []uint32{p.pid}
+	tr, err := Open(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	p.send(b, "go")
+	p.wait(b)
+	want := calls + 1 // and the exit
+	var ev trace.Event
+	// The timer keeps running through the fill so that the harness runs
+	// this once (the drain alone is far below -benchtime).
+	start := time.Now()
+	for i := 0; i < want; i++ {
+		if err := tr.Read(&ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wall := time.Since(start)
+	if s := tr.Stats(); s.Drops != 0 || ev.Kind != trace.KindExit {
+		b.Errorf("%d drops; last event %v", s.Drops, ev.Kind)
+	}
+	b.ReportMetric(float64(want)/wall.Seconds(), "events/s")
+	b.ReportMetric(float64(tr.Stats().Drops), "drops")
+}
