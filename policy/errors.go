@@ -50,7 +50,9 @@ func (d Diagnostic) String() string {
 // Error is a policy that could not be loaded, checked or tested: every
 // problem found, each with its location and code.
 type Error struct {
-	Source      string
+	Source string
+	// Revision identifies the rejected content, when it was read.
+	Revision    string
 	Diagnostics []Diagnostic
 }
 

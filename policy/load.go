@@ -121,20 +121,28 @@ func readBundle(p string, o Options) (*Source, error) {
 		return nil, fmt.Errorf("read bundle: %w", err)
 	}
 	defer f.Close()
-	// Check the archive's layout and manifest with OPA's own reader first.
+	files, err := untar(f, o)
+	if err != nil {
+		return nil, fmt.Errorf("read bundle %s: %w", p, err)
+	}
+	// Parse first: our parser names files inside the bundle by its path.
+	src, err := parseFiles(p, files, "", o)
+	if err != nil {
+		return nil, err
+	}
+	// Then OPA's reader checks the layout, manifest and roots.
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("read bundle %s: %w", p, err)
+	}
 	b, err := bundle.NewReader(f).WithSizeLimitBytes(o.MaxFileBytes).
 		WithSkipBundleVerification(true).WithRegoVersion(ast.RegoV1).Read()
 	if err != nil {
 		return nil, diagnose(fmt.Sprintf("bundle %s", p), err)
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("read bundle %s: %w", p, err)
+	if b.Manifest.Revision != "" {
+		src.Revision = b.Manifest.Revision
 	}
-	files, err := untar(f, o)
-	if err != nil {
-		return nil, fmt.Errorf("read bundle %s: %w", p, err)
-	}
-	return parseFiles(p, files, b.Manifest.Revision, o)
+	return src, nil
 }
 
 func untar(r io.Reader, o Options) (map[string][]byte, error) {
@@ -200,15 +208,16 @@ func parseFiles(name string, files map[string][]byte, revision string, o Options
 			diags = append(diags, Diagnostic{Code: CodeData, File: file, Message: err.Error()})
 		}
 	}
+	sum := hex.EncodeToString(h.Sum(nil))[:12]
 	if len(diags) > 0 {
-		return nil, &Error{Source: name, Diagnostics: diags}
+		return nil, &Error{Source: name, Revision: sum, Diagnostics: diags}
 	}
 	if len(src.Modules) == 0 {
 		return nil, &Error{Source: name, Diagnostics: []Diagnostic{{Code: CodeLoad, File: name, Message: "no .rego files found"}}}
 	}
 	src.Revision = revision
 	if src.Revision == "" {
-		src.Revision = hex.EncodeToString(h.Sum(nil))[:12]
+		src.Revision = sum
 	}
 	if !o.NoLibrary && !definesPackage(src.Modules, libPackage) {
 		if err := addLibrary(src, o.Library); err != nil {

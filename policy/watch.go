@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -165,18 +166,18 @@ func (w *Watcher) Reload(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	src, err := Read(w.dir, w.opts.Policy)
-	if err == nil && src.Revision == w.cur.Load().Revision() {
+	rev := revisionOf(src, err)
+	if rev != "" && rev == w.cur.Load().Revision() {
 		return nil
+	}
+	if st := w.status.Load(); rev != "" && rev == st.LastErrorRevision {
+		return errors.New(st.LastError) // the same broken content again
 	}
 	var p *Policy
 	if err == nil {
 		p, err = w.check(ctx, src)
 	}
 	if err != nil {
-		rev := ""
-		if src != nil {
-			rev = src.Revision
-		}
 		w.reject(rev, err)
 		w.notify(nil, err)
 		return err
@@ -186,6 +187,17 @@ func (w *Watcher) Reload(ctx context.Context) error {
 	w.status.Store(&Status{Revision: p.Revision(), LoadedAt: time.Now(), Reloads: old.Reloads + 1, Rejected: old.Rejected})
 	w.notify(p, nil)
 	return nil
+}
+
+func revisionOf(src *Source, err error) string {
+	if src != nil {
+		return src.Revision
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Revision
+	}
+	return ""
 }
 
 func (w *Watcher) notify(p *Policy, err error) {
@@ -236,4 +248,3 @@ func (w *Watcher) check(ctx context.Context, src *Source) (*Policy, error) {
 	}
 	return p, nil
 }
-

@@ -1,0 +1,149 @@
+package policy
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodPolicy = header + `classify := {"class": "latency-critical"} if input.process.comm == "vllm"
+`
+
+const goodTest = `package arbiter_test
+
+import data.arbiter
+
+test_vllm if arbiter.classify.class == "latency-critical" with input.process.comm as "vllm"
+`
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// replace writes a file the way editors do: a temp file renamed over it.
+func replace(t *testing.T, path, body string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWatcherReload(t *testing.T) {
+	dir := writeDir(t, map[string]string{"p.rego": goodPolicy, "p_test.rego": goodTest})
+	var reloads []error
+	w, err := Watch(context.Background(), dir, &WatchOptions{Debounce: 20 * time.Millisecond, OnReload: func(_ *Policy, err error) { reloads = append(reloads, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	first := w.Status()
+	if first.Revision == "" || first.LastError != "" || w.Policy().Revision() != first.Revision {
+		t.Fatalf("initial status %+v", first)
+	}
+	classOf := func(comm string) string {
+		d, _ := w.Policy().Classify(context.Background(), testInput(1, comm))
+		return d.Class
+	}
+
+	// 1. A valid change is swapped in.
+	replace(t, filepath.Join(dir, "p.rego"), goodPolicy+`classify := {"class": "batch"} if input.process.comm == "train"`+"\n")
+	waitFor(t, "valid policy swapped", func() bool { return w.Status().Reloads == 1 })
+	if classOf("train") != "batch" || classOf("vllm") != "latency-critical" || w.Status().LastError != "" {
+		t.Fatalf("after valid change: %q %q %+v", classOf("train"), classOf("vllm"), w.Status())
+	}
+	good := w.Status().Revision
+
+	// 2. A broken policy is kept out, and the error is exposed.
+	replace(t, filepath.Join(dir, "p.rego"), header+"classify := {\n")
+	waitFor(t, "invalid policy rejected", func() bool { return w.Status().Rejected == 1 })
+	st := w.Status()
+	if st.Revision != good || !strings.Contains(st.LastError, "p.rego:6: rego_parse_error") || st.LastErrorRevision == "" || st.LastErrorAt.IsZero() {
+		t.Fatalf("after invalid change: %+v", st)
+	}
+	if classOf("train") != "batch" {
+		t.Fatal("last good policy not kept")
+	}
+
+	// 3. A policy that compiles but fails its own tests is kept out too.
+	replace(t, filepath.Join(dir, "p.rego"), header+`classify := {"class": "best-effort"}`+"\n")
+	waitFor(t, "failing-test policy rejected", func() bool { return w.Status().Rejected == 2 })
+	st = w.Status()
+	if st.Revision != good || !strings.Contains(st.LastError, "p_test.rego:5: arbiter_test_failure: test arbiter_test.test_vllm: fail") {
+		t.Fatalf("after failing test: %+v", st)
+	}
+
+	// 4. Fixing it clears the error.
+	replace(t, filepath.Join(dir, "p.rego"), goodPolicy)
+	waitFor(t, "fixed policy swapped", func() bool { return w.Status().Reloads == 2 })
+	if st := w.Status(); st.LastError != "" || st.Rejected != 2 {
+		t.Fatalf("after fix: %+v", st)
+	}
+	if len(reloads) != 4 || reloads[0] != nil || reloads[1] == nil || reloads[2] == nil || reloads[3] != nil {
+		t.Fatalf("OnReload calls: %v", reloads)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+}
+
+func TestWatcherConfigMapSwap(t *testing.T) {
+	// A ConfigMap volume: files are symlinks into ..data, which is itself a
+	// symlink swapped atomically to a new timestamped directory.
+	dir := t.TempDir()
+	mk := func(name, body string) {
+		if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name, "p.rego"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("..2026_01_01", goodPolicy)
+	if err := os.Symlink("..2026_01_01", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/p.rego", filepath.Join(dir, "p.rego")); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Watch(context.Background(), dir, &WatchOptions{Debounce: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	mk("..2026_01_02", goodPolicy+`classify := {"class": "batch"} if input.process.comm == "train"`+"\n")
+	if err := os.Symlink("..2026_01_02", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ConfigMap update swapped", func() bool { return w.Status().Reloads == 1 })
+	if d, _ := w.Policy().Classify(context.Background(), testInput(1, "train")); d.Class != "batch" {
+		t.Fatalf("class %q", d.Class)
+	}
+}
+
+func TestWatchRejectsBadStart(t *testing.T) {
+	dir := writeDir(t, map[string]string{"p.rego": header + "classify := {\n"})
+	if _, err := Watch(context.Background(), dir, nil); err == nil {
+		t.Fatal("Watch accepted a broken policy")
+	}
+}
