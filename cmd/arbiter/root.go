@@ -20,8 +20,10 @@ applications or the driver.`,
 	}
 	root.AddCommand(
 		newVersionCmd(version),
+		newSimCmd(),
 		newTraceCmd(),
 		newPolicyCmd(),
+		newChannelsCmd(),
 	)
 	return root
 }

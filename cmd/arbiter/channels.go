@@ -1,0 +1,233 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/nvrm"
+)
+
+// channelsOptions are the flags shared by the `arbiter channels` commands.
+type channelsOptions struct {
+	stateDir string
+	pinPath  string
+	gpu      int
+	format   string
+
+	// Hidden: they point the commands at a stand-in control file in tests
+	// and let an operator override what is detected.
+	control       string // the control device's path
+	controlRdev   string // its device number, "major:minor"
+	acceptErrno   int    // ioctl errno treated as "RM ran" (stand-in)
+	driverVersion string // overrides the loaded driver's version
+
+	// Set by tests; nil in production.
+	haveCaps func() (caps.Set, error)
+	procRoot string // default "/proc"
+}
+
+// newChannelsCmd builds `arbiter channels`.
+func newChannelsCmd() *cobra.Command { return newChannelsCmdWith(&channelsOptions{}) }
+
+// newChannelsCmdWith builds `arbiter channels` on o, which tests prefill.
+func newChannelsCmdWith(o *channelsOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "channels",
+		Short: "List and control CUDA processes' GPU channel groups through the NVIDIA driver",
+		Long: `Channels shows and controls the GPU channel groups (TSGs) of CUDA processes
+through the NVIDIA driver's own Resource Manager controls, on a stock driver
+and with no change to the applications: timeslice, interleave level, suspend
+(scheduling disabled and preempted off the GPU) and resume.
+
+Arbiter learns each process's RM handles by tracing its allocation ioctls on
+/dev/nvidiactl with eBPF; the driver offers no way to list them. So a process
+is controllable only if a tracer ran when it created its CUDA context: the
+daemon (arbiter run) or "arbiter channels watch", which leave the tracer
+pinned under /sys/fs/bpf so that the handles keep being recorded after they
+exit, and commands run later read them. Processes using the driver whose
+allocations were not seen are listed as unknown and never guessed at.
+
+Control takes the process's own control file with pidfd_getfd (root, or
+CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
+		Example: `  sudo arbiter channels watch &        # trace allocations from now on
+  sudo arbiter channels list
+  sudo arbiter channels timeslice 4242 200
+  sudo arbiter channels suspend 4242 --for 5s
+  sudo arbiter channels resume 4242`,
+	}
+	p := cmd.PersistentFlags()
+	p.StringVar(&o.stateDir, "state-dir", nvrm.DefaultStateDir, "directory of the handle registry's state file and lock")
+	p.StringVar(&o.pinPath, "pin-path", nvrm.DefaultPinPath, "bpffs directory where the tracer is pinned")
+	p.StringVar(&o.control, "control", nvrm.ControlPath, "the driver's control device")
+	p.StringVar(&o.controlRdev, "control-rdev", "195:255", "the control device's number (major:minor)")
+	p.IntVar(&o.acceptErrno, "accept-errno", 0, "treat ioctls failing with this errno as run by RM (stand-in control files only)")
+	p.StringVar(&o.driverVersion, "driver-version", "", "driver version whose layouts to use, instead of the loaded driver's")
+	for _, h := range []string{"control", "control-rdev", "accept-errno", "driver-version"} {
+		_ = p.MarkHidden(h)
+	}
+	cmd.AddCommand(
+		newChannelsListCmd(o),
+		newChannelsTimesliceCmd(o),
+		newChannelsInterleaveCmd(o),
+		newChannelsSuspendCmd(o),
+		newChannelsResumeCmd(o),
+		newChannelsWatchCmd(o),
+	)
+	return cmd
+}
+
+// errNoDriver says the driver is absent.
+var errNoDriver = errors.New("no NVIDIA driver")
+
+// checkDriver fails clearly where the control device is absent.
+func (o *channelsOptions) checkDriver() error {
+	if _, err := os.Stat(o.control); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: %s does not exist (is the nvidia kernel module loaded? nvidia-smi should work)", errNoDriver, o.control)
+		}
+		return fmt.Errorf("%s: %w", o.control, err)
+	}
+	return nil
+}
+
+// requireCaps names the capabilities an action lacks.
+func (o *channelsOptions) requireCaps(what string, want ...caps.Cap) error {
+	have := o.haveCaps
+	if have == nil {
+		have = caps.Effective
+	}
+	set, err := have()
+	if err != nil {
+		return err
+	}
+	if miss := caps.Missing(set, want...); len(miss) > 0 {
+		names := make([]string, len(miss))
+		for i, c := range miss {
+			names[i] = c.String()
+		}
+		return &missingCapsError{what: what, names: strings.Join(names, ", ")}
+	}
+	return nil
+}
+
+// missingCapsError is a privilege the command lacks; it exits 77 like
+// caps.MissingError.
+type missingCapsError struct{ what, names string }
+
+func (e *missingCapsError) Error() string {
+	return fmt.Sprintf("%s needs %s: run as root (sudo) or grant them (setcap, or the container's securityContext.capabilities)", e.what, e.names)
+}
+
+// ExitCode makes a missing privilege exit with status 77 (EX_NOPERM).
+func (e *missingCapsError) ExitCode() int { return 77 }
+
+// rdev parses --control-rdev.
+func (o *channelsOptions) rdev() (nvrm.Rdev, error) {
+	maj, min, ok := strings.Cut(o.controlRdev, ":")
+	a, err1 := strconv.ParseUint(maj, 10, 12)
+	b, err2 := strconv.ParseUint(min, 10, 20)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("--control-rdev %q: want major:minor, e.g. 195:255", o.controlRdev)
+	}
+	return nvrm.MkRdev(uint32(a), uint32(b)), nil
+}
+
+// layout returns the driver's parameter layouts.
+func (o *channelsOptions) layout() (nvrm.Layout, error) {
+	if o.driverVersion != "" {
+		v, err := nvrm.ParseDriverVersion(o.driverVersion)
+		if err != nil {
+			return nvrm.Layout{}, fmt.Errorf("--driver-version: %w", err)
+		}
+		return nvrm.LayoutFor(v)
+	}
+	return nvrm.DetectLayout("/")
+}
+
+// keeperMode says how a command opens the keeper.
+type keeperMode struct {
+	trace nvrm.TraceMode
+	// control: channel control is needed (the driver's layouts must be
+	// known); optional: wanted but a command can go on without it.
+	control, optional bool
+	// unpin removes the tracer's pins on close.
+	unpin bool
+}
+
+// keeper opens the registry keeper. It returns a warning where an
+// optional controller could not be set up.
+func (o *channelsOptions) keeper(m keeperMode) (*nvrm.Keeper, error, error) {
+	rdev, err := o.rdev()
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := &nvrm.KeeperOptions{
+		StateDir: o.stateDir,
+		Trace:    m.trace,
+		Tracer:   nvrm.TracerOptions{ControlRdev: rdev, AcceptErrno: syscall.Errno(o.acceptErrno), PinPath: o.pinPath},
+		Unpin:    m.unpin,
+	}
+	var warn error
+	if m.control {
+		l, err := o.layout()
+		switch {
+		case err != nil && m.optional:
+			warn = fmt.Errorf("channel control disabled: %w", err)
+		case err != nil:
+			return nil, nil, err
+		default:
+			opts.Controller = nvrm.ControllerOptions{Layout: l, ControlRdev: rdev, AcceptErrno: syscall.Errno(o.acceptErrno)}
+		}
+	}
+	if m.trace != nvrm.TraceNever && o.pinPath != "" {
+		if err := nvrm.MountBPFFS(bpffsRoot(o.pinPath)); err != nil {
+			return nil, nil, err
+		}
+	}
+	k, err := nvrm.OpenKeeper(opts)
+	return k, warn, err
+}
+
+// bpffsRoot is where the bpffs holding pin path p is mounted: the first
+// directory under /sys/fs/bpf, or p's parent elsewhere.
+func bpffsRoot(p string) string {
+	if rest, ok := strings.CutPrefix(p, "/sys/fs/bpf/"); ok && rest != "" {
+		return "/sys/fs/bpf"
+	}
+	i := strings.LastIndexByte(strings.TrimSuffix(p, "/"), '/')
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
+}
+
+// parsePID parses a PID argument.
+func parsePID(s string) (uint32, error) {
+	v, err := strconv.ParseUint(s, 10, 31)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("PID %q: want a positive process id", s)
+	}
+	return uint32(v), nil
+}
+
+// explain adds what an operator can do to the controller's errors.
+func explain(pid uint32, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, nvrm.ErrUnknownProcess):
+		return fmt.Errorf("%w\n  process %d created its CUDA context while no Arbiter tracer ran, so its RM handles are unknown;\n  keep `arbiter run` or `arbiter channels watch` running (or pinned) before CUDA processes start, then restart the process", err, pid)
+	case errors.Is(err, nvrm.ErrProcessExited):
+		return fmt.Errorf("process %d exited: %w", pid, err)
+	case errors.Is(err, nvrm.ErrKeeperRunning):
+		return fmt.Errorf("%w\n  another arbiter keeps the registry and would lose track of what this command changed; control channels through it, or stop it first", err)
+	}
+	return err
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/nvrm"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// controlKeeper opens the keeper for a control command: the driver, the
+// privileges, the registry (draining a pinned tracer) and the controller.
+func (o *channelsOptions) controlKeeper(stderr io.Writer) (*nvrm.Keeper, error) {
+	if err := o.checkDriver(); err != nil {
+		return nil, err
+	}
+	if err := o.requireCaps("controlling another process's channels", caps.SysPtrace, caps.BPF, caps.Perfmon); err != nil {
+		return nil, err
+	}
+	k, _, err := o.keeper(keeperMode{trace: nvrm.TraceIfPinned, control: true})
+	if err != nil {
+		return nil, explain(0, err)
+	}
+	if k.ResumeErr != nil {
+		fmt.Fprintf(stderr, "warning: resuming channel groups a previous run left suspended: %v\n", k.ResumeErr)
+	}
+	return k, nil
+}
+
+// newChannelsTimesliceCmd builds `arbiter channels timeslice PID µs`.
+func newChannelsTimesliceCmd(o *channelsOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "timeslice PID MICROSECONDS",
+		Short: "Set a process's channel-group timeslice and read it back",
+		Long: `Timeslice sets the timeslice of the process's channel groups (on --gpu, or
+all) with SET_TIMESLICE and reads it back with GET_TIMESLICE. The driver
+rounds it to what the hardware supports and applies it at once; its default
+is 1024 µs. CUDA sets its own from the node's compute policy when it creates
+a context: a running daemon or "channels watch" re-applies Arbiter's value
+after it, a one-shot command cannot.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := parsePID(args[0])
+			if err != nil {
+				return err
+			}
+			us, err := strconv.ParseUint(args[1], 10, 64)
+			if err != nil || us == 0 {
+				return fmt.Errorf("MICROSECONDS %q: want a positive integer", args[1])
+			}
+			k, err := o.controlKeeper(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer k.Close()
+			c := k.Controller()
+			start := time.Now()
+			if err := c.SetTimeslice(pid, o.gpu, us); err != nil {
+				return explain(pid, err)
+			}
+			took := time.Since(start)
+			got, err := c.Timeslice(pid, o.gpu)
+			if err != nil {
+				return explain(pid, err)
+			}
+			groups, _ := k.Registry().Groups(pid, o.gpu)
+			for _, g := range groups {
+				fmt.Fprintf(cmd.OutOrStdout(), "process %d group %#x (%s, GPU %d): timeslice set to %d µs, driver reports %d µs\n",
+					pid, g.Handle, g.Engine, g.Instance, us, got[g.Handle])
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d group(s) in %v\n", len(groups), took.Round(time.Microsecond))
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&o.gpu, "gpu", -1, "only the channel groups on this GPU (device instance); all when negative")
+	return cmd
+}
+
+// newChannelsInterleaveCmd builds `arbiter channels interleave PID LEVEL`.
+func newChannelsInterleaveCmd(o *channelsOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "interleave PID low|medium|high",
+		Short: "Set a process's channel-group interleave level",
+		Long: `Interleave sets the interleave level of all the process's channel groups
+(SET_INTERLEAVE_LEVEL): their share of runlist slots, which matters under the
+CHANNEL_INTERLEAVED runlist policy. The driver's default is medium.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := parsePID(args[0])
+			if err != nil {
+				return err
+			}
+			level, err := nvrm.ParseInterleaveLevel(args[1])
+			if err != nil {
+				return err
+			}
+			k, err := o.controlKeeper(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer k.Close()
+			if err := k.Controller().SetInterleave(pid, level); err != nil {
+				return explain(pid, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "process %d: interleave level %s\n", pid, level)
+			return nil
+		},
+	}
+}
+
+// newChannelsSuspendCmd builds `arbiter channels suspend PID`.
+func newChannelsSuspendCmd(o *channelsOptions) *cobra.Command {
+	var hold time.Duration
+	cmd := &cobra.Command{
+		Use:   "suspend PID",
+		Short: "Take a process's channel groups off the GPU until interrupted",
+		Long: `Suspend disables scheduling of the process's channel groups
+(GPFIFO_SCHEDULE{0}) and preempts them off the GPU (PREEMPT, waiting), holds
+them suspended until Ctrl-C, SIGTERM or --for elapses, then resumes them.
+Arbiter never leaves a process suspended: the suspension is recorded in the
+state file before the first control, so if this command is killed the next
+arbiter command or daemon start resumes the process.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := parsePID(args[0])
+			if err != nil {
+				return err
+			}
+			k, err := o.controlKeeper(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer k.Close()
+			c := k.Controller()
+			out := cmd.OutOrStdout()
+			start := time.Now()
+			if err := c.Suspend(pid, o.gpu); err != nil {
+				return explain(pid, err)
+			}
+			fmt.Fprintf(out, "process %d suspended in %v\n", pid, time.Since(start).Round(time.Microsecond))
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			if hold > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, hold)
+				defer cancel()
+			} else {
+				fmt.Fprintln(out, "holding; Ctrl-C resumes")
+			}
+			<-ctx.Done()
+			start = time.Now()
+			if err := c.Resume(pid, o.gpu); err != nil {
+				return explain(pid, err)
+			}
+			fmt.Fprintf(out, "process %d resumed in %v\n", pid, time.Since(start).Round(time.Microsecond))
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&o.gpu, "gpu", -1, "only the channel groups on this GPU (device instance); all when negative")
+	cmd.Flags().DurationVar(&hold, "for", 0, "resume after this long (default: hold until interrupted)")
+	return cmd
+}
+
+// newChannelsResumeCmd builds `arbiter channels resume PID`.
+func newChannelsResumeCmd(o *channelsOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "resume PID",
+		Short: "Schedule a process's channel groups again",
+		Long: `Resume re-enables scheduling of the process's channel groups
+(GPFIFO_SCHEDULE{1}) and clears their suspension record. Any arbiter
+channels command already resumes what a killed run left suspended when it
+starts; resume is for doing so explicitly.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := parsePID(args[0])
+			if err != nil {
+				return err
+			}
+			k, err := o.controlKeeper(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer k.Close()
+			if err := k.Controller().Resume(pid, o.gpu); err != nil {
+				return explain(pid, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "process %d resumed\n", pid)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&o.gpu, "gpu", -1, "only the channel groups on this GPU (device instance); all when negative")
+	return cmd
+}
+
+// newChannelsWatchCmd builds `arbiter channels watch`.
+func newChannelsWatchCmd(o *channelsOptions) *cobra.Command {
+	var keepPinned bool
+	var duration time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Trace RM allocations, frees and channel-group controls live",
+		Long: `Watch attaches the RM tracer and prints each allocation, free and
+channel-group control processes issue on the driver's control device, and
+each exit of a traced process, while keeping the handle registry. With
+--pin (the default) the tracer stays attached after watch exits, so handles
+of processes started later are still recorded for list, timeslice and
+suspend; --pin=false removes it on exit.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.format != "text" && o.format != "json" {
+				return fmt.Errorf("--format %q: want text or json", o.format)
+			}
+			if err := o.checkDriver(); err != nil {
+				return err
+			}
+			if err := o.requireCaps("tracing RM calls", caps.BPF, caps.Perfmon, caps.SysPtrace); err != nil {
+				return err
+			}
+			k, warn, err := o.keeper(keeperMode{trace: nvrm.TraceAlways, control: true, optional: true, unpin: !keepPinned})
+			if err != nil {
+				return explain(0, err)
+			}
+			if warn != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v\n", warn)
+			}
+			if k.ResumeErr != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: resuming channel groups a previous run left suspended: %v\n", k.ResumeErr)
+			}
+			defer k.Close()
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			if duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, duration)
+				defer cancel()
+			}
+			out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			enc := json.NewEncoder(out)
+			return k.Run(ctx, func(e nvrm.KeeperEvent) {
+				if e.Err != nil {
+					fmt.Fprintf(errw, "warning: %v\n", e.Err)
+				}
+				if !e.Event.Kind.Valid() {
+					return
+				}
+				if o.format == "json" {
+					_ = enc.Encode(watchJSON(&e.Event))
+					return
+				}
+				fmt.Fprintln(out, watchText(&e.Event))
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&keepPinned, "pin", true, "leave the tracer attached (pinned) after exit")
+	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (default: until interrupted)")
+	cmd.Flags().StringVar(&o.format, "format", "text", "output: text or json (one event per line)")
+	return cmd
+}
+
+// watchText formats one traced event as a line.
+func watchText(ev *trace.Event) string {
+	rm := &ev.RM
+	head := fmt.Sprintf("%d.%06d pid %d %s", ev.Time/1e9, ev.Time%1e9/1e3, ev.PID, ev.Kind)
+	switch ev.Kind {
+	case trace.KindRMAlloc:
+		s := fmt.Sprintf("%s fd %d client %#x parent %#x object %#x %s", head, rm.FD, rm.Client, rm.Parent, rm.Object, nvrm.Class(rm.Class))
+		switch nvrm.Class(rm.Class) {
+		case nvrm.ClassChannelGroup:
+			s += " engine " + nvrm.EngineType(rm.EngineType).String()
+		case nvrm.ClassDevice, nvrm.ClassSubdevice:
+			s += fmt.Sprintf(" instance %d", rm.Value)
+		}
+		return s
+	case trace.KindRMFree:
+		return fmt.Sprintf("%s fd %d client %#x parent %#x object %#x", head, rm.FD, rm.Client, rm.Parent, rm.Object)
+	case trace.KindRMControl:
+		return fmt.Sprintf("%s fd %d client %#x object %#x %s %d", head, rm.FD, rm.Client, rm.Object, nvrm.Control(rm.Cmd), rm.Value)
+	}
+	return head
+}
+
+// watchJSON is one traced event as JSON.
+func watchJSON(ev *trace.Event) map[string]any {
+	m := map[string]any{"time_ns": ev.Time, "pid": ev.PID, "tid": ev.TID, "kind": ev.Kind.String()}
+	if ev.Kind == trace.KindExit {
+		return m
+	}
+	rm := &ev.RM
+	m["fd"], m["client"], m["object"] = rm.FD, rm.Client, rm.Object
+	switch ev.Kind {
+	case trace.KindRMAlloc:
+		m["parent"], m["class"], m["class_name"] = rm.Parent, rm.Class, nvrm.Class(rm.Class).String()
+		if rm.Class == uint32(nvrm.ClassChannelGroup) {
+			m["engine"] = nvrm.EngineType(rm.EngineType).String()
+		}
+		if rm.Class == uint32(nvrm.ClassDevice) || rm.Class == uint32(nvrm.ClassSubdevice) {
+			m["instance"] = rm.Value
+		}
+	case trace.KindRMFree:
+		m["parent"] = rm.Parent
+	case trace.KindRMControl:
+		m["cmd"], m["control"], m["value"] = rm.Cmd, nvrm.Control(rm.Cmd).String(), rm.Value
+	}
+	return m
+}

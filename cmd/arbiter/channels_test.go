@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/internal/rmstandin"
+	"github.com/gpu-arbiter/arbiter/internal/testenv"
+	"github.com/gpu-arbiter/arbiter/nvrm"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// runChannels runs `arbiter channels ARGS` on o and returns its output.
+func runChannels(ctx context.Context, o *channelsOptions, args ...string) (string, string, error) {
+	cmd := newChannelsCmdWith(o)
+	var out, errw bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errw)
+	cmd.SetArgs(args)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), errw.String(), err
+}
+
+func TestChannelsErrors(t *testing.T) {
+	dir := t.TempDir()
+	noCaps := func() (caps.Set, error) { return 0, nil }
+	present := filepath.Join(dir, "nvidiactl")
+	if err := os.WriteFile(present, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		o    channelsOptions
+		args []string
+		want string
+		code int
+	}{
+		{"no driver", channelsOptions{}, []string{"list", "--control", filepath.Join(dir, "absent")}, "no NVIDIA driver: " + filepath.Join(dir, "absent") + " does not exist", 1},
+		{"no driver suspend", channelsOptions{}, []string{"suspend", "42", "--control", filepath.Join(dir, "absent")}, "no NVIDIA driver", 1},
+		{"no privileges list", channelsOptions{haveCaps: noCaps}, []string{"list", "--control", present}, "listing channel groups needs CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE", 77},
+		{"no privileges suspend", channelsOptions{haveCaps: noCaps}, []string{"suspend", "42", "--control", present}, "needs CAP_SYS_PTRACE", 77},
+		{"no ptrace", channelsOptions{haveCaps: func() (caps.Set, error) { return 1<<caps.BPF | 1<<caps.Perfmon, nil }}, []string{"timeslice", "42", "100", "--control", present}, "needs CAP_SYS_PTRACE:", 77},
+		{"bad pid", channelsOptions{}, []string{"suspend", "x"}, `PID "x": want a positive process id`, 1},
+		{"zero pid", channelsOptions{}, []string{"resume", "0"}, `PID "0"`, 1},
+		{"bad timeslice", channelsOptions{}, []string{"timeslice", "42", "5ms"}, `MICROSECONDS "5ms"`, 1},
+		{"bad level", channelsOptions{}, []string{"interleave", "42", "max"}, `interleave level "max"`, 1},
+		{"bad format", channelsOptions{}, []string{"list", "--format", "xml"}, `--format "xml"`, 1},
+		{"bad rdev", channelsOptions{haveCaps: func() (caps.Set, error) { return ^caps.Set(0), nil }}, []string{"list", "--control", present, "--control-rdev", "x"}, `--control-rdev "x"`, 1},
+	}
+	for _, tc := range tests {
+		o := tc.o
+		_, _, err := runChannels(context.Background(), &o, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+			continue
+		}
+		code := 1
+		var ec exitCoder
+		if errors.As(err, &ec) {
+			code = ec.ExitCode()
+		}
+		if code != tc.code {
+			t.Errorf("%s: exit code %d, want %d", tc.name, code, tc.code)
+		}
+	}
+}
+
+func TestExplain(t *testing.T) {
+	err := explain(42, fmt.Errorf("x: %w", nvrm.ErrUnknownProcess))
+	if !errors.Is(err, nvrm.ErrUnknownProcess) || !strings.Contains(err.Error(), "process 42 created its CUDA context while no Arbiter tracer ran") {
+		t.Errorf("unknown: %v", err)
+	}
+	err = explain(42, nvrm.ErrProcessExited)
+	if !errors.Is(err, nvrm.ErrProcessExited) || !strings.HasPrefix(err.Error(), "process 42 exited") {
+		t.Errorf("exited: %v", err)
+	}
+	if explain(1, nil) != nil {
+		t.Error("nil error explained")
+	}
+}
+
+func TestWatchText(t *testing.T) {
+	tests := []struct {
+		ev   trace.Event
+		want string
+	}{
+		{trace.Event{Kind: trace.KindRMAlloc, PID: 7, Time: 1_500_000_000, RM: trace.RM{FD: 4, Client: 0xc1d00001, Parent: 0x5c000001, Object: 0x5c000003, Class: 0xA06C, EngineType: 1}},
+			"1.500000 pid 7 rm_alloc fd 4 client 0xc1d00001 parent 0x5c000001 object 0x5c000003 channel-group engine graphics"},
+		{trace.Event{Kind: trace.KindRMAlloc, PID: 7, RM: trace.RM{FD: 4, Client: 1, Parent: 1, Object: 2, Class: 0x80, Value: 3}},
+			"0.000000 pid 7 rm_alloc fd 4 client 0x1 parent 0x1 object 0x2 device instance 3"},
+		{trace.Event{Kind: trace.KindRMControl, PID: 7, RM: trace.RM{FD: 4, Client: 1, Object: 3, Cmd: 0xA06C0103, Value: 2000}},
+			"0.000000 pid 7 rm_control fd 4 client 0x1 object 0x3 SET_TIMESLICE 2000"},
+		{trace.Event{Kind: trace.KindRMFree, PID: 7, RM: trace.RM{FD: 4, Client: 1, Parent: 2, Object: 3}},
+			"0.000000 pid 7 rm_free fd 4 client 0x1 parent 0x2 object 0x3"},
+		{trace.Event{Kind: trace.KindExit, PID: 7}, "0.000000 pid 7 exit"},
+	}
+	for _, tc := range tests {
+		if got := watchText(&tc.ev); got != tc.want {
+			t.Errorf("\n got %q\nwant %q", got, tc.want)
+		}
+	}
+	if got := bpffsRoot("/sys/fs/bpf/arbiter/nvrm"); got != "/sys/fs/bpf" {
+		t.Errorf("bpffsRoot: %q", got)
+	}
+	if got := bpffsRoot("/tmp/x/bpf/nvrm"); got != "/tmp/x/bpf" {
+		t.Errorf("bpffsRoot: %q", got)
+	}
+}
+
+// TestChannelsStandin runs the commands against the stand-in control
+// file: watch traces a process starting, list shows it, timeslice,
+// suspend and resume control it, and a process never traced is unknown.
+func TestChannelsStandin(t *testing.T) {
+	testenv.Privileged(t)
+	dir := t.TempDir()
+	bin, err := rmstandin.Build(dir)
+	if err != nil {
+		testenv.Skip(t, "cannot build the stand-in: %v", err)
+	}
+	ctl, err := rmstandin.MakeControlFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := filepath.Join(dir, "bpf")
+	if err := nvrm.MountBPFFS(fs); err != nil {
+		testenv.Skip(t, "%v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(fs, 0) })
+	flags := []string{"--control", ctl, "--control-rdev", "1:7", "--accept-errno", "25", "--driver-version", "575.51.03",
+		"--state-dir", filepath.Join(dir, "state"), "--pin-path", filepath.Join(fs, "nvrm")}
+	run := func(ctx context.Context, args ...string) (string, string, error) {
+		return runChannels(ctx, &channelsOptions{}, append(args, flags...)...)
+	}
+
+	// watch, with a process starting while it runs.
+	type result struct {
+		out, errw string
+		err       error
+	}
+	done := make(chan result)
+	go func() {
+		out, errw, err := run(context.Background(), "watch", "--duration", "1500ms")
+		done <- result{out, errw, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // let watch attach
+	sp, pid := startStandinProcess(t, bin, ctl)
+	w := <-done
+	if w.err != nil {
+		t.Fatalf("watch: %v\n%s", w.err, w.errw)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("pid %d rm_alloc fd %d client 0xc1d00042 parent 0x0 object 0xc1d00042 client", pid, sp.fd),
+		fmt.Sprintf("pid %d rm_alloc fd %d client 0xc1d00042 parent 0x5c000001 object 0x5c000003 channel-group engine graphics", pid, sp.fd),
+		fmt.Sprintf("pid %d rm_alloc fd %d client 0xc1d00042 parent 0x5c000001 object 0x5c000005 channel-group engine copy0", pid, sp.fd),
+		fmt.Sprintf("pid %d rm_control fd %d client 0xc1d00042 object 0x5c000003 SET_TIMESLICE 2000", pid, sp.fd),
+	} {
+		if !strings.Contains(w.out, want) {
+			t.Errorf("watch output lacks %q:\n%s", want, w.out)
+		}
+	}
+
+	// list, from the pinned tracer and state watch left.
+	out, errw, err := run(context.Background(), "list", "--format", "json")
+	if err != nil {
+		t.Fatalf("list: %v\n%s", err, errw)
+	}
+	var procs []listedProcess
+	if err := json.Unmarshal([]byte(out), &procs); err != nil {
+		t.Fatalf("list json: %v\n%s", err, out)
+	}
+	var me *listedProcess
+	for i := range procs {
+		if procs[i].PID == pid {
+			me = &procs[i]
+		}
+	}
+	if me == nil || !me.Known || len(me.Groups) != 3 {
+		t.Fatalf("list: %s", out)
+	}
+	g := me.Groups[0]
+	if g.Client != "0xc1d00042" || g.FD != sp.fd || g.GPU != 0 || g.Group != "0x5c000003" || g.Engine != "graphics" || g.Channels != 1 ||
+		g.Timeslice != 2000 || g.TimesliceBy != "process" || g.State != "scheduled" || g.Queried == nil || *g.Queried != 0 {
+		t.Fatalf("listed group: %+v", g)
+	}
+	if me.Comm != "rmstandin" {
+		t.Errorf("comm %q", me.Comm)
+	}
+
+	// timeslice, suspend, resume.
+	out, errw, err = run(context.Background(), "timeslice", fmt.Sprint(pid), "300", "--gpu", "1")
+	if err != nil || !strings.Contains(out, fmt.Sprintf("process %d group 0x5c000011 (graphics, GPU 1): timeslice set to 300 µs", pid)) || !strings.Contains(out, "1 group(s)") {
+		t.Fatalf("timeslice: %v\n%s%s", err, out, errw)
+	}
+	out, errw, err = run(context.Background(), "suspend", fmt.Sprint(pid), "--for", "10ms")
+	if err != nil || !strings.Contains(out, fmt.Sprintf("process %d suspended in", pid)) || !strings.Contains(out, fmt.Sprintf("process %d resumed in", pid)) {
+		t.Fatalf("suspend: %v\n%s%s", err, out, errw)
+	}
+	out, _, err = run(context.Background(), "list")
+	if err != nil || !strings.Contains(out, "300µs by arbiter") || strings.Contains(out, "suspended") {
+		t.Fatalf("list after control: %v\n%s", err, out)
+	}
+	if out, _, err = run(context.Background(), "resume", fmt.Sprint(pid)); err != nil || !strings.Contains(out, "resumed") {
+		t.Fatalf("resume: %v\n%s", err, out)
+	}
+
+	// A fresh state and no tracer: the same process is unknown.
+	fresh := []string{"--control", ctl, "--control-rdev", "1:7", "--accept-errno", "25", "--driver-version", "575.51.03",
+		"--state-dir", filepath.Join(dir, "state2"), "--pin-path", filepath.Join(fs, "none")}
+	out, errw, err = runChannels(context.Background(), &channelsOptions{}, append([]string{"list"}, fresh...)...)
+	if err != nil || !strings.Contains(out, fmt.Sprintf("%d  rmstandin", pid)) || !strings.Contains(out, "handles unknown") || !strings.Contains(errw, "no tracer is pinned") {
+		t.Fatalf("list unknown: %v\n%s%s", err, out, errw)
+	}
+	_, _, err = runChannels(context.Background(), &channelsOptions{}, append([]string{"suspend", fmt.Sprint(pid)}, fresh...)...)
+	if !errors.Is(err, nvrm.ErrUnknownProcess) || !strings.Contains(err.Error(), "keep `arbiter run` or `arbiter channels watch` running") {
+		t.Fatalf("suspend unknown: %v", err)
+	}
+
+	// The process exits: control says so.
+	sp.exit(t)
+	_, _, err = run(context.Background(), "timeslice", fmt.Sprint(pid), "300")
+	if !errors.Is(err, nvrm.ErrUnknownProcess) && !errors.Is(err, nvrm.ErrProcessExited) {
+		t.Fatalf("after exit: %v", err)
+	}
+	// Leave no pinned tracer behind.
+	if _, _, err := run(context.Background(), "watch", "--duration", "10ms", "--pin=false"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(fs, "nvrm", "link_nvrm_enter")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pins left: %v", err)
+	}
+}
+
+// standinProcess is a running stand-in.
+type standinProcess struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	fd  int32
+}
+
+func startStandinProcess(t *testing.T, bin, ctl string) (*standinProcess, uint32) {
+	t.Helper()
+	cmd := exec.Command(bin, ctl)
+	in, _ := cmd.StdinPipe()
+	outp, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(outp).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := &standinProcess{cmd: cmd, in: in}
+	if _, err := fmt.Sscanf(line, "ready %d", &sp.fd); err != nil {
+		t.Fatalf("stand-in: %q", line)
+	}
+	return sp, uint32(cmd.Process.Pid)
+}
+
+func (s *standinProcess) exit(t *testing.T) {
+	t.Helper()
+	_, _ = io.WriteString(s.in, "exit\n")
+	if err := s.cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
