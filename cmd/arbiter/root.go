@@ -20,7 +20,6 @@ applications or the driver.`,
 	}
 	root.AddCommand(
 		newVersionCmd(version),
-		newSimCmd(),
 		newTraceCmd(),
 		newPolicyCmd(),
 		newChannelsCmd(),
