@@ -172,7 +172,7 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 		case OpCopy:
 			d := op.Dur
 			if d == 0 {
-				d = s.cfg.copyLatency + uint64(float64(op.Bytes)/s.cfg.copyBW*1e9)
+				d = s.cfg.copyLatency + uint64(float64(op.Bytes)/s.cfg.copyBW*1e9) // as Options.CopyDuration
 			}
 			s.emitCopy(p, now, op)
 			s.enqueue(p, item{kind: OpCopy, dur: d, bytes: op.Bytes, dir: op.Dir}, now)

@@ -222,3 +222,27 @@ func (o *Options) resolve() (config, error) {
 	c.window = uint64(o.TimelineWindow)
 	return c, nil
 }
+
+// WithDefaults returns a copy of o (nil: the zero Options) with every
+// defaulted field filled in, or the error New would return.
+func (o *Options) WithDefaults() (Options, error) {
+	c, err := o.resolve()
+	if err != nil {
+		return Options{}, err
+	}
+	out := Options{}
+	if o != nil {
+		out = *o
+	}
+	out.GPUs, out.SpatialSlowdown, out.CopyBandwidth = c.gpus, c.slowdown, c.copyBW
+	out.Timeslice, out.ContextSwitch, out.Preemption = time.Duration(c.timeslice), time.Duration(c.ctxSwitch), time.Duration(c.preempt)
+	out.BlockDrain, out.CopyLatency = time.Duration(c.blockDrain), time.Duration(c.copyLatency)
+	out.MaxEvents, out.MaxStreamOps, out.MaxTimelineSegments = c.maxEvents, c.maxStreamOps, c.maxSegments
+	return out, nil
+}
+
+// CopyDuration is how long a copy of n bytes takes on a copy engine under
+// resolved options (see WithDefaults).
+func (o *Options) CopyDuration(n uint64) uint64 {
+	return uint64(o.CopyLatency) + uint64(float64(n)/o.CopyBandwidth*1e9)
+}

@@ -20,6 +20,7 @@ applications or the driver.`,
 	}
 	root.AddCommand(
 		newVersionCmd(version),
+		newSimCmd(),
 		newTraceCmd(),
 		newPolicyCmd(),
 		newChannelsCmd(),

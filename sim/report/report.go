@@ -1,0 +1,197 @@
+// Package report holds the outcome of a what-if comparison: per baseline,
+// LC latency and SLO attainment, BE throughput, preemptions and GPU
+// utilization. It writes it as a text table, as deterministic JSON and as
+// SVG plots (latency CDFs, GPU timelines).
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/sim"
+	"github.com/gpu-arbiter/arbiter/sim/hist"
+)
+
+// Report compares baselines on one workload. Its JSON form holds no
+// wall-clock time, so the same inputs give the same bytes.
+type Report struct {
+	Workload   string     `json:"workload"`
+	Seed       uint64     `json:"seed"`
+	DurationNS uint64     `json:"duration_ns"`
+	GPUs       int        `json:"gpus"`
+	Model      Model      `json:"model"`
+	Baselines  []Baseline `json:"baselines"`
+}
+
+// Model records the GPU model parameters the run used.
+type Model struct {
+	TimesliceNS     uint64  `json:"timeslice_ns"`
+	ContextSwitchNS uint64  `json:"context_switch_ns"`
+	PreemptionNS    uint64  `json:"preemption_ns"`
+	Granularity     string  `json:"granularity"`
+	BlockDrainNS    uint64  `json:"block_drain_ns"`
+	SpatialSlowdown float64 `json:"spatial_slowdown"`
+	CopyBandwidth   float64 `json:"copy_bandwidth"`
+	CopyLatencyNS   uint64  `json:"copy_latency_ns"`
+}
+
+// ModelOf records resolved simulator options.
+func ModelOf(o *sim.Options) Model {
+	return Model{
+		TimesliceNS: uint64(o.Timeslice), ContextSwitchNS: uint64(o.ContextSwitch), PreemptionNS: uint64(o.Preemption),
+		Granularity: o.Granularity.String(), BlockDrainNS: uint64(o.BlockDrain), SpatialSlowdown: o.SpatialSlowdown,
+		CopyBandwidth: o.CopyBandwidth, CopyLatencyNS: uint64(o.CopyLatency),
+	}
+}
+
+// Baseline is one way of sharing the GPUs and what it gave.
+type Baseline struct {
+	Name string `json:"name"`
+	// Description says what the baseline models.
+	Description string `json:"description"`
+	LC          []LC   `json:"lc"`
+	BE          []BE   `json:"be"`
+	// PreemptionsPerS counts kernels saved mid-flight per simulated second
+	// (all GPUs); SwitchesPerS context loads.
+	PreemptionsPerS float64 `json:"preemptions_per_s"`
+	SwitchesPerS    float64 `json:"switches_per_s"`
+	// GPUUtilization is the compute engines' busy share over all GPUs.
+	// For exclusive it is the sum of the solo runs' busy time over GPUs ×
+	// duration: the load the workloads offer (above 1: more than the node
+	// can serve).
+	GPUUtilization float64 `json:"gpu_utilization"`
+	// Kernels accounts for every kernel submitted.
+	Kernels Conservation `json:"kernels"`
+	// Controller counts the scripted controller's actions (closed-loop
+	// baselines only).
+	Controller *Actions `json:"controller,omitempty"`
+
+	// Timeline is the GPU timeline window (not in JSON; see the SVG).
+	Timeline []sim.Segment `json:"-"`
+	// PIDs maps pids to workload names for the timeline.
+	PIDs map[uint32]string `json:"-"`
+}
+
+// Actions counts enforcement calls of a closed-loop baseline.
+type Actions struct {
+	Events      uint64 `json:"events"`
+	Suspends    uint64 `json:"suspends"`
+	Resumes     uint64 `json:"resumes"`
+	Timeslices  uint64 `json:"timeslices"`
+	Interleaves uint64 `json:"interleaves"`
+}
+
+// Conservation shows no kernel was lost: Submitted = Completed + InFlight.
+type Conservation struct {
+	Submitted uint64 `json:"submitted"`
+	Completed uint64 `json:"completed"`
+	InFlight  uint64 `json:"in_flight"`
+}
+
+// LC is one latency-critical workload's outcome.
+type LC struct {
+	Name     string `json:"name"`
+	GPU      int    `json:"gpu"`
+	Requests uint64 `json:"requests"`
+	// InFlight counts requests begun but not finished at the end.
+	InFlight uint64 `json:"in_flight"`
+	// Latencies in ns (p50, p99, p99.9 nearest-rank, within 0.4%).
+	MeanNS float64 `json:"mean_ns"`
+	P50NS  uint64  `json:"p50_ns"`
+	P99NS  uint64  `json:"p99_ns"`
+	P999NS uint64  `json:"p999_ns"`
+	MaxNS  uint64  `json:"max_ns"`
+	// P50Ratio, P99Ratio and P999Ratio compare with the exclusive baseline
+	// (0 when it was not run).
+	P50Ratio  float64 `json:"p50_ratio"`
+	P99Ratio  float64 `json:"p99_ratio"`
+	P999Ratio float64 `json:"p999_ratio"`
+	// SLOTargetNS and SLOPercentile are the workload's objective (0: none);
+	// Attainment is the share of requests within target, SLOMet whether
+	// it reaches the percentile.
+	SLOTargetNS   uint64  `json:"slo_target_ns,omitempty"`
+	SLOPercentile float64 `json:"slo_percentile,omitempty"`
+	Attainment    float64 `json:"slo_attainment,omitempty"`
+	SLOMet        bool    `json:"slo_met,omitempty"`
+	// CDF is the latency distribution, thinned.
+	CDF []hist.Point `json:"cdf"`
+
+	// Latency is the full histogram (not in JSON).
+	Latency *hist.Histogram `json:"-"`
+}
+
+// BE is one best-effort workload's outcome.
+type BE struct {
+	Name string `json:"name"`
+	GPU  int    `json:"gpu"`
+	// Kernels completed; Throughput is completed kernel work (exclusive
+	// GPU-seconds) per simulated second; Fraction compares it with the
+	// exclusive baseline (0 when that was not run).
+	Kernels    uint64  `json:"kernels"`
+	Throughput float64 `json:"throughput"`
+	Fraction   float64 `json:"fraction_of_exclusive"`
+	Preempted  uint64  `json:"preempted"`
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// WriteTable prints the comparison table.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "workload %s: %d GPU(s), %v simulated, seed %d\n\n", r.Workload, r.GPUs, time.Duration(r.DurationNS), r.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "baseline\tworkload\tclass\trequests\tp50\tp99\tp99.9\tp99/excl\tSLO\tBE thru/excl\tpreempt/s\tGPU util\t")
+	for _, b := range r.Baselines {
+		first := true
+		common := func() string {
+			if !first {
+				return "\t\t"
+			}
+			first = false
+			return fmt.Sprintf("%.1f\t%.1f%%\t", b.PreemptionsPerS, 100*b.GPUUtilization)
+		}
+		for _, l := range b.LC {
+			slo := "-"
+			if l.SLOTargetNS > 0 {
+				slo = fmt.Sprintf("%.1f%%", 100*l.Attainment)
+			}
+			fmt.Fprintf(tw, "%s\t%s\tlc\t%d\t%s\t%s\t%s\t%s\t%s\t-\t%s\n", b.Name, l.Name, l.Requests,
+				dur(l.P50NS), dur(l.P99NS), dur(l.P999NS), ratio(l.P99Ratio), slo, common())
+		}
+		for _, e := range b.BE {
+			fmt.Fprintf(tw, "%s\t%s\tbe\t-\t-\t-\t-\t-\t-\t%s\t%s\n", b.Name, e.Name, ratio(e.Fraction), common())
+		}
+	}
+	return tw.Flush()
+}
+
+func dur(ns uint64) string {
+	switch {
+	case ns >= 10_000_000:
+		return fmt.Sprintf("%.1fms", float64(ns)/1e6)
+	case ns >= 1_000_000:
+		return fmt.Sprintf("%.2fms", float64(ns)/1e6)
+	default:
+		return fmt.Sprintf("%.0fµs", float64(ns)/1e3)
+	}
+}
+
+func ratio(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}

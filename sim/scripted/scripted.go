@@ -1,0 +1,259 @@
+// Package scripted is a fixed, hand-written scheduling policy that drives
+// an engine.Enforcer from the events of an engine.Source. It stands in for
+// the real engine in the simulator's closed-loop tests and what-if runs:
+// it uses nothing but the engine's interfaces (events, clock, read
+// deadlines, enforcement), so whatever it can do against the simulator the
+// engine can do too.
+package scripted
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// Policy is the scripted rule.
+type Policy uint8
+
+// Policies.
+const (
+	// SuspendBE suspends every BE process on a GPU while any LC process on
+	// it is active (from its first driver call until IdleGap after its last
+	// synchronization returned) and resumes them when all are idle.
+	SuspendBE Policy = iota + 1
+	// SplitTimeslice sets, once per process, BE timeslices to BETimeslice
+	// and LC timeslices to LCTimeslice with interleave level high.
+	SplitTimeslice
+)
+
+// String names the policy.
+func (p Policy) String() string {
+	switch p {
+	case SuspendBE:
+		return "suspend-be"
+	case SplitTimeslice:
+		return "split-timeslice"
+	}
+	return fmt.Sprintf("policy(%d)", uint8(p))
+}
+
+// Process tells the controller a process's class and GPU (the real engine
+// learns these from policy and the node inventory).
+type Process struct {
+	PID uint32
+	LC  bool
+	GPU int
+}
+
+// Options configures a Controller; nil means defaults.
+type Options struct {
+	Policy Policy // default SuspendBE
+	// IdleGap: an LC process this long without a driver call after its
+	// last synchronization is idle (SuspendBE; default 0: idle as soon as
+	// a synchronization returns with nothing queued after it).
+	IdleGap time.Duration
+	// BETimeslice and LCTimeslice for SplitTimeslice (defaults 100 µs and
+	// 16 ms).
+	BETimeslice time.Duration
+	LCTimeslice time.Duration
+}
+
+// Stats counts what the controller did.
+type Stats struct {
+	Events, Suspends, Resumes, Timeslices, Interleaves uint64
+}
+
+// Controller applies a Policy.
+type Controller struct {
+	src   engine.DeadlineSource
+	enf   engine.Enforcer
+	opts  Options
+	procs map[uint32]*state
+	order []uint32         // pids ascending, for a deterministic order of actions
+	gpus  map[int][]uint32 // BE pids per GPU, ascending
+	busy  map[int]int      // active LC processes per GPU
+	st    Stats
+}
+
+type state struct {
+	Process
+	active    bool
+	idleAt    uint64 // when an active LC becomes idle (0: not pending)
+	suspended bool
+	set       bool
+}
+
+// New returns a controller for the given processes.
+func New(src engine.DeadlineSource, enf engine.Enforcer, procs []Process, opts *Options) (*Controller, error) {
+	c := &Controller{src: src, enf: enf, procs: map[uint32]*state{}, gpus: map[int][]uint32{}, busy: map[int]int{}}
+	if opts != nil {
+		c.opts = *opts
+	}
+	if c.opts.Policy == 0 {
+		c.opts.Policy = SuspendBE
+	}
+	if c.opts.Policy > SplitTimeslice {
+		return nil, fmt.Errorf("scripted controller: unknown policy %d", c.opts.Policy)
+	}
+	if c.opts.BETimeslice == 0 {
+		c.opts.BETimeslice = 100 * time.Microsecond
+	}
+	if c.opts.LCTimeslice == 0 {
+		c.opts.LCTimeslice = 16 * time.Millisecond
+	}
+	if c.opts.IdleGap < 0 || c.opts.BETimeslice < time.Microsecond || c.opts.LCTimeslice < time.Microsecond {
+		return nil, errors.New("scripted controller: negative idle gap or timeslice under 1µs")
+	}
+	for _, p := range procs {
+		if _, dup := c.procs[p.PID]; dup {
+			return nil, fmt.Errorf("scripted controller: pid %d given twice", p.PID)
+		}
+		c.procs[p.PID] = &state{Process: p}
+		if !p.LC {
+			c.gpus[p.GPU] = append(c.gpus[p.GPU], p.PID)
+		}
+	}
+	for _, pids := range c.gpus {
+		slices.Sort(pids)
+	}
+	for pid := range c.procs {
+		c.order = append(c.order, pid)
+	}
+	slices.Sort(c.order)
+	return c, nil
+}
+
+// Stats returns what the controller has done so far.
+func (c *Controller) Stats() Stats { return c.st }
+
+// Run reads events until the source ends (nil) or fails.
+func (c *Controller) Run() error {
+	var ev trace.Event
+	for {
+		err := c.src.Read(&ev)
+		switch {
+		case err == nil:
+			c.st.Events++
+			if err := c.handle(&ev); err != nil {
+				return err
+			}
+		case errors.Is(err, engine.ErrDeadline):
+			if err := c.expire(c.src.Now()); err != nil {
+				return err
+			}
+		case errors.Is(err, io.EOF):
+			return nil
+		default:
+			return err
+		}
+		if err := c.src.SetReadDeadline(c.nextDeadline()); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *Controller) handle(ev *trace.Event) error {
+	p, ok := c.procs[ev.PID]
+	if !ok {
+		return nil
+	}
+	if c.opts.Policy == SplitTimeslice {
+		return c.split(p)
+	}
+	if !p.LC {
+		return nil
+	}
+	switch ev.Kind {
+	case trace.KindLaunch, trace.KindCopy:
+		p.idleAt = 0
+		if !p.active {
+			p.active = true
+			c.busy[p.GPU]++
+			if c.busy[p.GPU] == 1 {
+				return c.suspendBE(p.GPU)
+			}
+		}
+	case trace.KindSync:
+		if p.active {
+			p.idleAt = ev.Time + ev.Sync.Duration + uint64(c.opts.IdleGap)
+			if c.opts.IdleGap == 0 {
+				return c.expire(p.idleAt)
+			}
+		}
+	}
+	return nil
+}
+
+// split applies SplitTimeslice to a process the first time it is seen.
+func (c *Controller) split(p *state) error {
+	if p.set {
+		return nil
+	}
+	p.set = true
+	ts := c.opts.BETimeslice
+	if p.LC {
+		ts = c.opts.LCTimeslice
+		c.st.Interleaves++
+		if err := c.enf.SetInterleave(p.PID, engine.InterleaveHigh); err != nil {
+			return err
+		}
+	}
+	c.st.Timeslices++
+	return c.enf.SetTimeslice(p.PID, p.GPU, uint64(ts/time.Microsecond))
+}
+
+// expire marks LC processes idle whose gap has passed at now and resumes BE
+// on GPUs left with no active LC.
+func (c *Controller) expire(now uint64) error {
+	for _, pid := range c.order {
+		p := c.procs[pid]
+		if !p.LC || !p.active || p.idleAt == 0 || p.idleAt > now {
+			continue
+		}
+		p.active, p.idleAt = false, 0
+		c.busy[p.GPU]--
+		if c.busy[p.GPU] == 0 {
+			if err := c.resumeBE(p.GPU); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Controller) nextDeadline() uint64 {
+	var t uint64
+	for _, p := range c.procs {
+		if p.idleAt != 0 && (t == 0 || p.idleAt < t) {
+			t = p.idleAt
+		}
+	}
+	return t
+}
+
+func (c *Controller) suspendBE(gpu int) error {
+	for _, pid := range c.gpus[gpu] {
+		if err := c.enf.Suspend(pid, gpu); err != nil {
+			return fmt.Errorf("suspend pid %d: %w", pid, err)
+		}
+		c.procs[pid].suspended = true
+		c.st.Suspends++
+	}
+	return nil
+}
+
+func (c *Controller) resumeBE(gpu int) error {
+	for _, pid := range c.gpus[gpu] {
+		if err := c.enf.Resume(pid, gpu); err != nil {
+			return fmt.Errorf("resume pid %d: %w", pid, err)
+		}
+		c.procs[pid].suspended = false
+		c.st.Resumes++
+	}
+	return nil
+}

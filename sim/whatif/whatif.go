@@ -1,0 +1,343 @@
+// Package whatif runs one workload under several baselines with the same
+// seed and compares them: exclusive (each workload alone), the driver's
+// default time-slicing, MPS-like spatial sharing, ideal priority, scripted
+// closed-loop policies, and (once the engine exists) Arbiter itself.
+package whatif
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/sim"
+	"github.com/gpu-arbiter/arbiter/sim/hist"
+	"github.com/gpu-arbiter/arbiter/sim/report"
+	"github.com/gpu-arbiter/arbiter/sim/scripted"
+	"github.com/gpu-arbiter/arbiter/sim/workload"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// Baseline names.
+const (
+	Exclusive         = "exclusive"
+	Timeslice         = "timeslice"
+	MPS               = "mps"
+	Priority          = "priority"
+	ScriptedSuspend   = "scripted-suspend"
+	ScriptedTimeslice = "scripted-timeslice"
+	Arbiter           = "arbiter"
+)
+
+// ErrNeedsEngine is returned for the arbiter baseline until the engine can
+// run inside the simulator.
+var ErrNeedsEngine = errors.New("baseline arbiter: not yet available: needs the engine (policy + engine in the loop)")
+
+var descriptions = map[string]string{
+	Exclusive:         "each workload alone on its GPU, default timeslice",
+	Timeslice:         "all processes share by the driver's default round-robin time-slicing, equal timeslices",
+	MPS:               "all kernels co-run (MPS-like spatial sharing) with the modelled slowdown",
+	Priority:          "ideal priority: LC preempts BE the instant it has work, paying only the preemption cost",
+	ScriptedSuspend:   "scripted closed loop: suspend BE channel groups while any LC request is active on the GPU",
+	ScriptedTimeslice: "scripted closed loop: BE timeslice 100µs, LC 16ms with interleave high",
+	Arbiter:           "Arbiter's policy and engine in the loop",
+}
+
+// Names lists every baseline in the order reports show them.
+func Names() []string {
+	return []string{Exclusive, Timeslice, MPS, Priority, ScriptedSuspend, ScriptedTimeslice, Arbiter}
+}
+
+// Config is one comparison.
+type Config struct {
+	// Name labels the report.
+	Name string
+	// Workloads are the processes; Options the GPU model (Mode and
+	// Observe are set per baseline).
+	Workloads []workload.Workload
+	Options   sim.Options
+	Seed      uint64
+	Duration  time.Duration
+	// Baselines to run, in order (default: exclusive, timeslice, mps,
+	// priority). Ratios to exclusive need exclusive among them.
+	Baselines []string
+	// PolicyDir is the Rego policy directory of the arbiter baseline.
+	PolicyDir string
+	// TimelineWindow records GPU timelines from 0 to this time.
+	TimelineWindow time.Duration
+	// Progress, if set, is called about every 1/100 of the duration of
+	// each run with the baseline (and workload, for exclusive runs) and the
+	// virtual time reached.
+	Progress func(run string, now, end uint64)
+}
+
+// Run runs every baseline and returns the report. It stops at ctx's
+// cancellation with ctx's error.
+func Run(ctx context.Context, cfg *Config) (*report.Report, error) {
+	if cfg.Duration <= 0 {
+		return nil, fmt.Errorf("duration %v: must be positive", cfg.Duration)
+	}
+	if len(cfg.Workloads) == 0 {
+		return nil, errors.New("no workloads")
+	}
+	names := cfg.Baselines
+	if len(names) == 0 {
+		names = []string{Exclusive, Timeslice, MPS, Priority}
+	}
+	for i, n := range names {
+		if _, ok := descriptions[n]; !ok {
+			return nil, fmt.Errorf("unknown baseline %q (known: %s)", n, strings.Join(Names(), ", "))
+		}
+		if slices.Contains(names[:i], n) {
+			return nil, fmt.Errorf("baseline %q given twice", n)
+		}
+		if n == Arbiter {
+			return nil, ErrNeedsEngine
+		}
+	}
+	resolved, err := cfg.Options.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("gpu model: %w", err)
+	}
+	rep := &report.Report{Workload: cfg.Name, Seed: cfg.Seed, DurationNS: uint64(cfg.Duration), GPUs: resolved.GPUs,
+		Model: report.ModelOf(&resolved)}
+	// Exclusive runs first so the others can be compared with it.
+	order := slices.Clone(names)
+	slices.SortStableFunc(order, func(a, b string) int {
+		if a == Exclusive {
+			return -1
+		}
+		if b == Exclusive {
+			return 1
+		}
+		return 0
+	})
+	results := map[string]*report.Baseline{}
+	var excl *report.Baseline
+	for _, n := range order {
+		var b *report.Baseline
+		var err error
+		if n == Exclusive {
+			b, err = runExclusive(ctx, cfg)
+		} else {
+			b, err = runShared(ctx, cfg, n)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("baseline %s: %w", n, err)
+		}
+		b.Name, b.Description = n, descriptions[n]
+		if n == Exclusive {
+			excl = b
+		}
+		compare(b, excl)
+		results[n] = b
+	}
+	for _, n := range names {
+		rep.Baselines = append(rep.Baselines, *results[n])
+	}
+	return rep, nil
+}
+
+// runExclusive runs each workload alone.
+func runExclusive(ctx context.Context, cfg *Config) (*report.Baseline, error) {
+	agg := &report.Baseline{PIDs: map[uint32]string{}}
+	var busy uint64
+	for i := range cfg.Workloads {
+		w := &cfg.Workloads[i]
+		opts := cfg.Options
+		opts.Mode = sim.ModeTimeslice
+		opts.TimelineWindow = 0
+		s, err := sim.New(&opts)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.Add(process(w, cfg)); err != nil {
+			return nil, err
+		}
+		if err := run(ctx, s, cfg, Exclusive+"/"+w.Name); err != nil {
+			return nil, fmt.Errorf("workload %s alone: %w", w.Name, err)
+		}
+		st := s.Stats()
+		one := summarize(st, cfg, []workload.Workload{*w})
+		agg.LC = append(agg.LC, one.LC...)
+		agg.BE = append(agg.BE, one.BE...)
+		agg.PreemptionsPerS += one.PreemptionsPerS
+		agg.SwitchesPerS += one.SwitchesPerS
+		agg.Kernels.Submitted += one.Kernels.Submitted
+		agg.Kernels.Completed += one.Kernels.Completed
+		agg.Kernels.InFlight += one.Kernels.InFlight
+		for _, g := range st.GPUs {
+			busy += g.Busy
+		}
+	}
+	agg.GPUUtilization = float64(busy) / (float64(cfg.Duration) * float64(max(cfg.Options.GPUs, 1)))
+	return agg, nil
+}
+
+// runShared runs all workloads together under one baseline.
+func runShared(ctx context.Context, cfg *Config, name string) (*report.Baseline, error) {
+	opts := cfg.Options
+	opts.TimelineWindow = cfg.TimelineWindow
+	switch name {
+	case MPS:
+		opts.Mode = sim.ModeSpatial
+	case Priority:
+		opts.Mode = sim.ModePriority
+	case ScriptedSuspend, ScriptedTimeslice:
+		opts.Observe = true
+	}
+	s, err := sim.New(&opts)
+	if err != nil {
+		return nil, err
+	}
+	var placed []scripted.Process
+	for i := range cfg.Workloads {
+		w := &cfg.Workloads[i]
+		pid, err := s.Add(process(w, cfg))
+		if err != nil {
+			return nil, err
+		}
+		placed = append(placed, scripted.Process{PID: pid, LC: w.Class == sim.ClassLC, GPU: w.GPU})
+	}
+	var ctl *scripted.Controller
+	if opts.Observe {
+		policy := scripted.SuspendBE
+		if name == ScriptedTimeslice {
+			policy = scripted.SplitTimeslice
+		}
+		if ctl, err = scripted.New(&progressSource{Simulator: s, cfg: cfg, run: name, end: uint64(cfg.Duration)}, s, placed,
+			&scripted.Options{Policy: policy}); err != nil {
+			return nil, err
+		}
+		s.Start(uint64(cfg.Duration))
+		stop := context.AfterFunc(ctx, func() { s.Close() })
+		err = ctl.Run()
+		stop()
+		if errors.Is(err, sim.ErrClosed) && ctx.Err() != nil {
+			err = fmt.Errorf("simulation stopped at %v: %w", time.Duration(s.Now()), ctx.Err())
+		}
+	} else {
+		err = run(ctx, s, cfg, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b := summarize(s.Stats(), cfg, cfg.Workloads)
+	if ctl != nil {
+		cs := ctl.Stats()
+		b.Controller = &report.Actions{Events: cs.Events, Suspends: cs.Suspends, Resumes: cs.Resumes,
+			Timeslices: cs.Timeslices, Interleaves: cs.Interleaves}
+	}
+	return b, nil
+}
+
+func process(w *workload.Workload, cfg *Config) sim.Process {
+	return sim.Process{Name: w.Name, Class: w.Class, GPU: w.GPU, Program: w.Program(cfg.Seed, uint64(cfg.Duration)),
+		Interleave: 1}
+}
+
+func run(ctx context.Context, s *sim.Simulator, cfg *Config, name string) error {
+	var progress func(uint64)
+	if cfg.Progress != nil {
+		progress = func(now uint64) { cfg.Progress(name, now, uint64(cfg.Duration)) }
+	}
+	return s.RunProgress(ctx, uint64(cfg.Duration), cfg.Duration/100, progress)
+}
+
+// progressSource reports progress while a controller reads the simulator.
+type progressSource struct {
+	*sim.Simulator
+	cfg  *Config
+	run  string
+	end  uint64
+	next uint64
+}
+
+func (p *progressSource) Read(ev *trace.Event) error {
+	err := p.Simulator.Read(ev)
+	if p.cfg.Progress != nil && p.Now() >= p.next {
+		p.cfg.Progress(p.run, p.Now(), p.end)
+		p.next = p.Now() + p.end/100
+	}
+	return err
+}
+
+// summarize turns a run's statistics into a report baseline.
+func summarize(st sim.Stats, cfg *Config, ws []workload.Workload) *report.Baseline {
+	secs := cfg.Duration.Seconds()
+	b := &report.Baseline{Timeline: st.Timeline, PIDs: map[uint32]string{}}
+	var busy uint64
+	for _, g := range st.GPUs {
+		busy += g.Busy
+		b.PreemptionsPerS += float64(g.Preemptions) / secs
+		b.SwitchesPerS += float64(g.Switches) / secs
+	}
+	b.GPUUtilization = float64(busy) / (float64(cfg.Duration) * float64(len(st.GPUs)))
+	for i, p := range st.Procs {
+		w := &ws[i]
+		b.PIDs[p.PID] = p.Name
+		b.Kernels.Submitted += p.KernelsSubmitted
+		b.Kernels.Completed += p.KernelsCompleted
+		b.Kernels.InFlight += p.KernelsInFlight
+		if p.Class == sim.ClassLC {
+			b.LC = append(b.LC, lcResult(&p, w))
+			continue
+		}
+		b.BE = append(b.BE, report.BE{Name: p.Name, GPU: p.GPU, Kernels: p.KernelsCompleted,
+			Throughput: float64(p.CompletedWork) / float64(cfg.Duration), Preempted: p.Preempted})
+	}
+	return b
+}
+
+func lcResult(p *sim.ProcStats, w *workload.Workload) report.LC {
+	h := p.Latency
+	l := report.LC{Name: p.Name, GPU: p.GPU, Requests: p.Requests, InFlight: p.RequestsBegun - p.Requests,
+		MeanNS: h.Mean(), P50NS: h.Quantile(0.5), P99NS: h.Quantile(0.99), P999NS: h.Quantile(0.999), MaxNS: h.Max(),
+		CDF: h.CDF(200), Latency: h}
+	if l.CDF == nil {
+		l.CDF = []hist.Point{}
+	}
+	if w.SLO != nil {
+		l.SLOTargetNS = uint64(w.SLO.Target)
+		l.SLOPercentile = w.SLO.Percentile
+		if l.SLOPercentile == 0 {
+			l.SLOPercentile = 99
+		}
+		if h.Count() > 0 {
+			l.Attainment = float64(h.AtOrBelow(l.SLOTargetNS)) / float64(h.Count())
+		}
+		l.SLOMet = h.Count() > 0 && 100*l.Attainment >= l.SLOPercentile
+	}
+	return l
+}
+
+// compare fills in the ratios to the exclusive baseline.
+func compare(b, excl *report.Baseline) {
+	if excl == nil {
+		return
+	}
+	div := func(a, b uint64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return float64(a) / float64(b)
+	}
+	for i := range b.LC {
+		for _, e := range excl.LC {
+			if e.Name == b.LC[i].Name {
+				b.LC[i].P50Ratio = div(b.LC[i].P50NS, e.P50NS)
+				b.LC[i].P99Ratio = div(b.LC[i].P99NS, e.P99NS)
+				b.LC[i].P999Ratio = div(b.LC[i].P999NS, e.P999NS)
+			}
+		}
+	}
+	for i := range b.BE {
+		for _, e := range excl.BE {
+			if e.Name == b.BE[i].Name && e.Throughput > 0 {
+				b.BE[i].Fraction = b.BE[i].Throughput / e.Throughput
+			}
+		}
+	}
+}

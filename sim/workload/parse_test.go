@@ -1,0 +1,135 @@
+package workload
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodSpec = `
+name: small
+gpus: 2
+duration: 10s
+model:
+  timeslice: 2ms
+  granularity: block
+lc:
+  - name: infer
+    gpu: 0
+    slo: {target: 5ms, percentile: 99}
+    arrival: {process: poisson, rate: 100}
+    request:
+      - copy: {dir: h2d, bytes: 600000}
+      - kernel: {count: 10, duration: {dist: lognormal, mean: 150us, cv: 0.3}}
+      - host: {duration: 20us}
+      - copy: {dir: d2h, bytes: 4000}
+be:
+  - name: train
+    gpu: 1
+    kernel: 20ms
+    sync_every: 4
+`
+
+func TestParseGood(t *testing.T) {
+	f, err := Parse([]byte(goodSpec), "good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Spec
+	if s.Name != "small" || s.GPUs != 2 || time.Duration(s.Duration) != 10*time.Second || len(s.LC) != 1 || len(s.BE) != 1 {
+		t.Fatalf("spec %+v", s)
+	}
+	k := s.LC[0].Request[1].Kernel
+	if k.Count != 10 || k.Duration.Dist != "lognormal" || time.Duration(k.Duration.Mean) != 150*time.Microsecond || k.Duration.CV != 0.3 {
+		t.Errorf("kernel step %+v", k)
+	}
+	if s.BE[0].Kernel.Dist != "const" || time.Duration(s.BE[0].Kernel.Mean) != 20*time.Millisecond {
+		t.Errorf("be kernel %+v", s.BE[0].Kernel)
+	}
+	o, err := f.Options()
+	if err != nil || o.GPUs != 2 || o.Timeslice != 2*time.Millisecond || o.Granularity != 1 {
+		t.Errorf("options %+v %v", o, err)
+	}
+	ws, err := f.Workloads()
+	if err != nil || len(ws) != 2 || ws[0].Name != "infer" || ws[1].GPU != 1 {
+		t.Fatalf("workloads %+v %v", ws, err)
+	}
+}
+
+func TestParseJSON(t *testing.T) {
+	js := `{"gpus": 1, "be": [{"name": "b", "gpu": 0, "kernel": {"mean": "1ms"}}]}`
+	if _, err := Parse([]byte(js), "w.json"); err != nil {
+		t.Fatal(err)
+	}
+	js = `{"gpus": 1, "be": [{"name": "b", "gpu": 0, "kernel": {"mean": "1ms", "bogus": 1}}]}`
+	_, err := Parse([]byte(js), "w.json")
+	want := `w.json:1: be[0].kernel.bogus: unknown field`
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("got %v, want prefix %q", err, want)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	base := func(lc string) string {
+		return "gpus: 1\nlc:\n  - name: a\n    gpu: 0\n    arrival: {process: poisson, rate: 10}\n    request:\n      - kernel: {duration: 1ms}\n" + lc
+	}
+	cases := []struct {
+		name, spec, want string
+	}{
+		{"unknown top", "gpus: 1\ngpu_count: 2\n", "x.yaml:2: gpu_count: unknown field"},
+		{"unknown nested", base("    slo: {target: 1ms, pct: 9}\n"), "x.yaml:8: lc[0].slo.pct: unknown field"},
+		{"zero gpus", "gpus: 0\nbe: [{name: b, gpu: 0, kernel: 1ms}]\n", "x.yaml:1: gpus: 0 GPUs: must be between 1"},
+		{"missing gpus", "be: [{name: b, gpu: 0, kernel: 1ms}]\n", "gpus: 0 GPUs"},
+		{"negative kernel", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: -5ms\n", "x.yaml:5: be[0].kernel: negative duration"},
+		{"number for duration", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: 5\n", `x.yaml:5: be[0].kernel: want a duration string with a unit such as "250us", got number 5`},
+		{"bad duration", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: 5 parsecs\n", `be[0].kernel: bad duration "5 parsecs"`},
+		{"huge rate", strings.Replace(base(""), "rate: 10", "rate: 1e12", 1), "x.yaml:5: lc[0].arrival.rate: 1e+12 requests/s: must be positive and at most 1e+06"},
+		{"zero rate", strings.Replace(base(""), "rate: 10", "rate: 0", 1), "lc[0].arrival.rate: 0 requests/s"},
+		{"bad process", strings.Replace(base(""), "poisson", "bursty", 1), `x.yaml:5: lc[0].arrival.process: "bursty": want poisson`},
+		{"gpu out of range", strings.Replace(base(""), "gpu: 0", "gpu: 3", 1), "x.yaml:4: lc[0].gpu: gpu 3 does not exist"},
+		{"two kinds in a step", base("      - {copy: {dir: h2d, bytes: 1}, sync: {}}\n"), "x.yaml:8: lc[0].request[1]: a step is exactly one of"},
+		{"bad dir", base("      - copy: {dir: sideways, bytes: 1}\n"), `x.yaml:8: lc[0].request[1].copy.dir: "sideways"`},
+		{"string for int", base("    max_pending: lots\n"), `x.yaml:8: lc[0].max_pending: want an integer, got string "lots"`},
+		{"list for map", "gpus: 1\nmodel: [1]\n", "x.yaml:2: model: want a mapping, got a list"},
+		{"duplicate name", "gpus: 1\nbe: [{name: b, gpu: 0, kernel: 1ms}, {name: b, gpu: 0, kernel: 1ms}]\n", `be[1].name: name "b" already used at be[0].name`},
+		{"no workloads", "gpus: 1\n", "no workloads"},
+		{"not yaml", "gpus: [1\n", "x.yaml: not valid YAML or JSON"},
+		{"negative slo", base("    slo: {target: -1ms}\n"), "x.yaml:8: lc[0].slo.target: -1ms: must be positive"},
+		{"cv on const", "gpus: 1\nbe: [{name: b, gpu: 0, kernel: {mean: 1ms, cv: 1}}]\n", "be[0].kernel.cv: cv applies to dist lognormal only"},
+		{"trace without times", strings.Replace(base(""), "{process: poisson, rate: 10}", "{process: trace}", 1), "lc[0].arrival: process trace needs exactly one of times and file"},
+		{"decreasing times", strings.Replace(base(""), "{process: poisson, rate: 10}", "{process: trace, times: [2ms, 1ms]}", 1), "lc[0].arrival.times[1]: 1ms"},
+		{"bad model", "gpus: 1\nmodel: {granularity: warp}\nbe: [{name: b, gpu: 0, kernel: 1ms}]\n", `x.yaml:2: model.granularity: "warp"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.spec), "x.yaml")
+			if err == nil {
+				t.Fatalf("accepted")
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Errorf("not a *FieldError: %T", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got  %v\nwant %q", err, c.want)
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(goodSpec))
+	f.Add([]byte(`{"gpus": 1, "be": [{"name": "b", "gpu": 0, "kernel": "1ms"}]}`))
+	f.Add([]byte("gpus: 1\nbe: [{name: b, gpu: 0, kernel: {dist: uniform, min: 1us, max: 2us}}]\n"))
+	f.Add([]byte("a: &x [*x]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse(data, "fuzz.yaml")
+		if err != nil {
+			return
+		}
+		if _, err := file.Workloads(); err != nil {
+			return
+		}
+	})
+}

@@ -1,0 +1,417 @@
+package workload
+
+import (
+	"bufio"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/sim"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// Workload is one process of a spec, ready to be simulated any number of
+// times (once per baseline).
+type Workload struct {
+	Name  string
+	Class sim.Class
+	GPU   int
+	// SLO is set for LC workloads that have one.
+	SLO *SLO
+	// Source says where it comes from: "lc", "be" or "replay:FILE".
+	Source string
+
+	newProgram func(seed, horizon uint64) sim.Program
+}
+
+// Program returns a fresh host program for a run with the given seed that
+// ends at horizon (virtual ns): LC arrivals stop there.
+func (w *Workload) Program(seed, horizon uint64) sim.Program { return w.newProgram(seed, horizon) }
+
+// Options returns the simulator options the spec's model asks for (GPUs
+// and model overrides; the caller sets Mode and the run's extras).
+func (f *File) Options() (sim.Options, error) {
+	o := sim.Options{GPUs: f.Spec.GPUs}
+	m := f.Spec.Model
+	if m == nil {
+		return o, nil
+	}
+	o.Timeslice = time.Duration(m.Timeslice)
+	o.ContextSwitch = time.Duration(m.ContextSwitch)
+	o.Preemption = time.Duration(m.Preemption)
+	o.BlockDrain = time.Duration(m.BlockDrain)
+	o.SpatialSlowdown = m.SpatialSlowdown
+	o.CopyBandwidth = m.CopyBandwidth
+	o.CopyLatency = time.Duration(m.CopyLatency)
+	switch m.Granularity {
+	case "block":
+		o.Granularity = sim.GranularityBlock
+	case "kernel":
+		o.Granularity = sim.GranularityKernel
+	}
+	return o, nil
+}
+
+// Workloads builds every workload of the spec, reading arrival files and
+// replayed traces.
+func (f *File) Workloads() ([]Workload, error) {
+	var out []Workload
+	for i := range f.Spec.LC {
+		lc := f.Spec.LC[i]
+		path := fmt.Sprintf("lc[%d]", i)
+		times, err := f.arrivalTimes(path, &lc.Arrival)
+		if err != nil {
+			return nil, err
+		}
+		steps := compileSteps(lc.Request)
+		pending := lc.MaxPending
+		if pending == 0 {
+			pending = defaultPending
+		}
+		out = append(out, Workload{
+			Name: lc.Name, Class: sim.ClassLC, GPU: lc.GPU, SLO: lc.SLO, Source: "lc",
+			newProgram: func(seed, horizon uint64) sim.Program {
+				h := nameHash(lc.Name)
+				return &lcProgram{
+					arr:     newArrivals(&lc.Arrival, times, rand.New(rand.NewPCG(seed, h))),
+					svc:     rand.New(rand.NewPCG(seed, ^h)),
+					steps:   steps,
+					horizon: horizon, maxPending: pending, name: lc.Name,
+				}
+			},
+		})
+	}
+	for i := range f.Spec.BE {
+		be := f.Spec.BE[i]
+		every := be.SyncEvery
+		if every == 0 {
+			every = 1
+		}
+		var gap *sampler
+		if be.HostGap != nil {
+			gap = newSampler(be.HostGap)
+		}
+		k := newSampler(&be.Kernel)
+		out = append(out, Workload{
+			Name: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be",
+			newProgram: func(seed, _ uint64) sim.Program {
+				return &beProgram{svc: rand.New(rand.NewPCG(seed, ^nameHash(be.Name))), kernel: k, every: every, gap: gap}
+			},
+		})
+	}
+	opts, _ := f.Options()
+	cm := copyModelOf(&opts)
+	for i := range f.Spec.Replay {
+		ws, err := f.replay(i, cm)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ws...)
+	}
+	return out, nil
+}
+
+func nameHash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// arrivalTimes returns the recorded arrival offsets of a trace arrival.
+func (f *File) arrivalTimes(path string, a *Arrival) ([]uint64, error) {
+	if a.Process != "trace" {
+		return nil, nil
+	}
+	var times []uint64
+	for _, t := range a.Times {
+		times = append(times, uint64(t))
+	}
+	if a.File == "" {
+		return times, nil
+	}
+	name := a.File
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(f.Dir, name)
+	}
+	fh, err := os.Open(name)
+	if err != nil {
+		return nil, &FieldError{File: f.Path, Path: path + ".arrival.file", Msg: err.Error()}
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	line := 0
+	for sc.Scan() {
+		line++
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		d, err := parseDuration(s)
+		if err != nil || d < 0 || (len(times) > 0 && uint64(d) < times[len(times)-1]) {
+			msg := "arrival offsets must be non-negative and non-decreasing"
+			if err != nil {
+				msg = err.Error()
+			}
+			return nil, &FieldError{File: name, Line: line, Msg: msg}
+		}
+		if len(times) >= maxPending*10 {
+			return nil, &FieldError{File: name, Line: line, Msg: fmt.Sprintf("more than %d arrivals", maxPending*10)}
+		}
+		times = append(times, uint64(d))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, &FieldError{File: name, Line: line, Msg: err.Error()}
+	}
+	if len(times) == 0 {
+		return nil, &FieldError{File: name, Msg: "no arrivals"}
+	}
+	return times, nil
+}
+
+// sampler draws durations (ns) from a Dist.
+type sampler struct {
+	kind              string
+	mean, lo, hi      float64
+	mu, sigma         float64
+	positive, clamped bool
+}
+
+func newSampler(d *Dist) *sampler {
+	s := &sampler{kind: d.Dist, mean: float64(d.Mean), lo: float64(d.Min), hi: float64(d.Max)}
+	if s.kind == "" {
+		s.kind = "const"
+	}
+	if s.kind == "lognormal" {
+		s.sigma = math.Sqrt(math.Log1p(d.CV * d.CV))
+		s.mu = math.Log(s.mean) - s.sigma*s.sigma/2
+	}
+	return s
+}
+
+func (s *sampler) draw(r *rand.Rand) uint64 {
+	var v float64
+	switch s.kind {
+	case "exp":
+		v = r.ExpFloat64() * s.mean
+	case "lognormal":
+		v = math.Exp(s.mu + s.sigma*r.NormFloat64())
+	case "uniform":
+		v = s.lo + r.Float64()*(s.hi-s.lo)
+	default:
+		v = s.mean
+	}
+	if v < s.lo {
+		v = s.lo
+	}
+	if s.hi > 0 && v > s.hi {
+		v = s.hi
+	}
+	if v > float64(maxDuration) {
+		v = float64(maxDuration)
+	}
+	return max(uint64(math.Round(v)), 1)
+}
+
+// arrivals generates arrival times in order.
+type arrivals struct {
+	kind  string
+	rate  float64
+	mu    float64
+	sigma float64
+	times []uint64
+	i     int
+	t     float64
+	r     *rand.Rand
+}
+
+func newArrivals(a *Arrival, times []uint64, r *rand.Rand) *arrivals {
+	g := &arrivals{kind: a.Process, rate: a.Rate, times: times, r: r}
+	if g.kind == "lognormal" {
+		g.sigma = a.Sigma
+		if g.sigma == 0 {
+			g.sigma = 1
+		}
+		g.mu = math.Log(1e9/a.Rate) - g.sigma*g.sigma/2
+	}
+	return g
+}
+
+// next returns the next arrival (ns) or false when there are no more.
+func (g *arrivals) next() (uint64, bool) {
+	switch g.kind {
+	case "trace":
+		if g.i == len(g.times) {
+			return 0, false
+		}
+		g.i++
+		return g.times[g.i-1], true
+	case "periodic":
+		v := float64(g.i) * 1e9 / g.rate
+		g.i++
+		return uint64(v), true
+	case "lognormal":
+		g.t += math.Exp(g.mu + g.sigma*g.r.NormFloat64())
+	default:
+		g.t += g.r.ExpFloat64() * 1e9 / g.rate
+	}
+	return uint64(g.t), true
+}
+
+type stepKind uint8
+
+const (
+	stepCopy stepKind = iota
+	stepKernel
+	stepSync
+	stepHost
+)
+
+type step struct {
+	kind     stepKind
+	dir      trace.CopyDir
+	bytes    uint64
+	count    int
+	syncEach bool
+	dur      *sampler
+}
+
+func compileSteps(in []Step) []step {
+	var out []step
+	for _, s := range in {
+		switch {
+		case s.Copy != nil:
+			dir := trace.CopyHtoD
+			if s.Copy.Dir == "d2h" {
+				dir = trace.CopyDtoH
+			}
+			out = append(out, step{kind: stepCopy, dir: dir, bytes: s.Copy.Bytes})
+		case s.Kernel != nil:
+			out = append(out, step{kind: stepKernel, count: max(s.Kernel.Count, 1), syncEach: s.Kernel.SyncEach, dur: newSampler(&s.Kernel.Duration)})
+		case s.Sync != nil:
+			out = append(out, step{kind: stepSync})
+		case s.Host != nil:
+			out = append(out, step{kind: stepHost, dur: newSampler(&s.Host.Duration)})
+		}
+	}
+	return out
+}
+
+// lcProgram serves requests one at a time in arrival order.
+type lcProgram struct {
+	name       string
+	arr        *arrivals
+	svc        *rand.Rand
+	steps      []step
+	horizon    uint64
+	maxPending int
+
+	pend    []uint64
+	ph      int
+	next    uint64
+	primed  bool
+	hasNext bool
+
+	inReq    bool
+	si, rep  int
+	needSync bool
+}
+
+func (p *lcProgram) advance() {
+	a, ok := p.arr.next()
+	p.next, p.hasNext = a, ok && a < p.horizon
+}
+
+// Next implements sim.Program.
+func (p *lcProgram) Next(now uint64) (sim.Op, error) {
+	if p.inReq {
+		return p.step(), nil
+	}
+	if !p.primed {
+		p.primed = true
+		p.advance()
+	}
+	for p.hasNext && p.next <= now && len(p.pend)-p.ph <= p.maxPending {
+		p.pend = append(p.pend, p.next)
+		p.advance()
+	}
+	if n := len(p.pend) - p.ph; n > p.maxPending {
+		return sim.Op{}, fmt.Errorf("lc workload %s: %d requests waiting (max_pending %d): the offered load exceeds what the GPU serves; lower the rate or raise max_pending",
+			p.name, n, p.maxPending)
+	}
+	if p.ph < len(p.pend) {
+		a := p.pend[p.ph]
+		p.ph++
+		if p.ph > 1024 && p.ph*2 > len(p.pend) {
+			p.pend = p.pend[:copy(p.pend, p.pend[p.ph:])]
+			p.ph = 0
+		}
+		p.inReq, p.si, p.rep = true, 0, 0
+		return sim.Op{Kind: sim.OpBegin, At: a}, nil
+	}
+	if !p.hasNext {
+		return sim.Op{Kind: sim.OpStop}, nil
+	}
+	return sim.Op{Kind: sim.OpWaitUntil, At: p.next}, nil
+}
+
+func (p *lcProgram) step() sim.Op {
+	if p.needSync {
+		p.needSync = false
+		return sim.Op{Kind: sim.OpSync}
+	}
+	if p.si == len(p.steps) {
+		p.inReq = false
+		return sim.Op{Kind: sim.OpEnd}
+	}
+	st := &p.steps[p.si]
+	switch st.kind {
+	case stepCopy:
+		p.si++
+		return sim.Op{Kind: sim.OpCopy, Bytes: st.bytes, Dir: st.dir}
+	case stepKernel:
+		p.rep++
+		if p.rep >= st.count {
+			p.si++
+			p.rep = 0
+		}
+		p.needSync = st.syncEach
+		return sim.Op{Kind: sim.OpKernel, Dur: st.dur.draw(p.svc)}
+	case stepHost:
+		p.si++
+		return sim.Op{Kind: sim.OpSleep, Dur: st.dur.draw(p.svc)}
+	}
+	p.si++
+	return sim.Op{Kind: sim.OpSync}
+}
+
+// beProgram launches kernels back to back with a sync every `every`.
+type beProgram struct {
+	svc    *rand.Rand
+	kernel *sampler
+	gap    *sampler
+	every  int
+	i      int
+	synced bool
+}
+
+// Next implements sim.Program.
+func (p *beProgram) Next(uint64) (sim.Op, error) {
+	if p.i < p.every {
+		p.i++
+		return sim.Op{Kind: sim.OpKernel, Dur: p.kernel.draw(p.svc)}, nil
+	}
+	if !p.synced {
+		p.synced = true
+		return sim.Op{Kind: sim.OpSync}, nil
+	}
+	p.i, p.synced = 0, false
+	if p.gap != nil {
+		return sim.Op{Kind: sim.OpSleep, Dur: p.gap.draw(p.svc)}, nil
+	}
+	return p.Next(0)
+}

@@ -1,0 +1,200 @@
+package workload
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Spec is a workload file.
+type Spec struct {
+	// Name labels reports (default: the file name).
+	Name string `json:"name,omitempty"`
+	// GPUs is the number of GPUs of the node (required, 1–1024).
+	GPUs int `json:"gpus"`
+	// Duration is the default simulated time of a run.
+	Duration Duration `json:"duration,omitempty"`
+	// Model overrides the GPU model's defaults.
+	Model *Model `json:"model,omitempty"`
+	// LC and BE are the generated workloads; Replay the recorded ones.
+	LC     []LC     `json:"lc,omitempty"`
+	BE     []BE     `json:"be,omitempty"`
+	Replay []Replay `json:"replay,omitempty"`
+}
+
+// Model overrides sim.Options fields; omitted ones keep their defaults.
+type Model struct {
+	Timeslice       Duration `json:"timeslice,omitempty"`
+	ContextSwitch   Duration `json:"context_switch,omitempty"`
+	Preemption      Duration `json:"preemption,omitempty"`
+	Granularity     string   `json:"granularity,omitempty"` // instruction, block, kernel
+	BlockDrain      Duration `json:"block_drain,omitempty"`
+	SpatialSlowdown float64  `json:"spatial_slowdown,omitempty"`
+	CopyBandwidth   float64  `json:"copy_bandwidth,omitempty"` // bytes/s
+	CopyLatency     Duration `json:"copy_latency,omitempty"`
+}
+
+// SLO is an LC workload's latency objective.
+type SLO struct {
+	// Target is the latency a request should meet.
+	Target Duration `json:"target"`
+	// Percentile is the share of requests (0–100, exclusive) that must meet
+	// it (default 99).
+	Percentile float64 `json:"percentile,omitempty"`
+}
+
+// LC is a latency-critical request stream served one request at a time
+// (requests that arrive while one is in progress queue on the host; their
+// latency includes the wait).
+type LC struct {
+	Name    string  `json:"name"`
+	GPU     int     `json:"gpu"`
+	SLO     *SLO    `json:"slo,omitempty"`
+	Arrival Arrival `json:"arrival"`
+	Request []Step  `json:"request"`
+	// MaxPending bounds the requests waiting to be served (default
+	// 100000); a run past it stops with an error, never grows without
+	// bound.
+	MaxPending int `json:"max_pending,omitempty"`
+}
+
+// Arrival is how requests arrive.
+type Arrival struct {
+	// Process is poisson, lognormal, periodic or trace.
+	Process string `json:"process"`
+	// Rate is the mean arrival rate in requests/s (poisson, lognormal,
+	// periodic).
+	Rate float64 `json:"rate,omitempty"`
+	// Sigma is the log-normal inter-arrival shape (default 1).
+	Sigma float64 `json:"sigma,omitempty"`
+	// Times are recorded arrival offsets from the start (trace), or File
+	// names a text file of them, one duration per line ('#' comments),
+	// relative to the spec's directory.
+	Times []Duration `json:"times,omitempty"`
+	File  string     `json:"file,omitempty"`
+}
+
+// Step is one part of a request: exactly one field is set.
+type Step struct {
+	Copy   *CopyStep   `json:"copy,omitempty"`
+	Kernel *KernelStep `json:"kernel,omitempty"`
+	Sync   *struct{}   `json:"sync,omitempty"`
+	Host   *HostStep   `json:"host,omitempty"`
+}
+
+// CopyStep is an asynchronous copy.
+type CopyStep struct {
+	Dir   string `json:"dir"` // h2d or d2h
+	Bytes uint64 `json:"bytes"`
+}
+
+// KernelStep launches Count kernels (default 1) with durations drawn from
+// Duration; with SyncEach the host synchronizes after each.
+type KernelStep struct {
+	Count    int  `json:"count,omitempty"`
+	Duration Dist `json:"duration"`
+	SyncEach bool `json:"sync_each,omitempty"`
+}
+
+// HostStep is CPU work on the host between GPU operations.
+type HostStep struct {
+	Duration Dist `json:"duration"`
+}
+
+// BE is a best-effort stream: kernels back to back, a synchronization every
+// SyncEvery kernels (default 1), then HostGap of CPU work.
+type BE struct {
+	Name      string `json:"name"`
+	GPU       int    `json:"gpu"`
+	Kernel    Dist   `json:"kernel"`
+	SyncEvery int    `json:"sync_every,omitempty"`
+	HostGap   *Dist  `json:"host_gap,omitempty"`
+}
+
+// Replay plays processes of a recorded trace.
+type Replay struct {
+	// File is the trace, relative to the spec's directory.
+	File      string          `json:"file"`
+	Processes []ReplayProcess `json:"processes"`
+}
+
+// ReplayProcess selects one recorded process by PID or Comm and says how to
+// simulate it.
+type ReplayProcess struct {
+	PID   uint32 `json:"pid,omitempty"`
+	Comm  string `json:"comm,omitempty"`
+	Name  string `json:"name"`
+	Class string `json:"class"` // lc or be
+	GPU   int    `json:"gpu"`
+	SLO   *SLO   `json:"slo,omitempty"`
+	// RequestGap is the idle gap that separates LC requests (default
+	// trace.DefaultIdleGap).
+	RequestGap Duration `json:"request_gap,omitempty"`
+}
+
+// Duration is a time.Duration written as a string with a unit ("250us",
+// "1.5ms", "20s"); bare numbers are rejected because their unit would be a
+// guess.
+type Duration time.Duration
+
+// UnmarshalJSON parses a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string with a unit such as \"250us\", got %s", b)
+	}
+	v, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func parseDuration(s string) (time.Duration, error) {
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("bad duration %q: want a number with a unit such as \"250us\"", s)
+	}
+	return v, nil
+}
+
+// Dist is a duration distribution: a bare duration string means constant;
+// the object form names the distribution (const, exp, lognormal, uniform)
+// with its Mean, CV (coefficient of variation, lognormal) or Min/Max
+// (uniform). Min and Max, where given, also clamp the other distributions.
+type Dist struct {
+	Dist string   `json:"dist,omitempty"`
+	Mean Duration `json:"mean,omitempty"`
+	CV   float64  `json:"cv,omitempty"`
+	Min  Duration `json:"min,omitempty"`
+	Max  Duration `json:"max,omitempty"`
+}
+
+// UnmarshalJSON accepts the string shorthand or the object form.
+func (d *Dist) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var v Duration
+		if err := v.UnmarshalJSON(b); err != nil {
+			return err
+		}
+		*d = Dist{Dist: "const", Mean: v}
+		return nil
+	}
+	type plain Dist
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	var p plain
+	if err := dec.Decode(&p); err != nil {
+		return err
+	}
+	*d = Dist(p)
+	return nil
+}
+
+// scalarForm marks types whose YAML may also be a plain scalar.
+func (Dist) scalarForm() {}
