@@ -90,21 +90,37 @@ func discover(o *Options) ([]candidate, error) {
 		}
 	}
 	for _, m := range mappedLibraries(o.ProcRoot) {
-		// The plain path first: for a process in the daemon's own mount
-		// namespace it names the same file and reads better.
-		if m.deleted {
-			_ = add(m.mapFile, "deleted mapping of pid "+m.pid)
-			continue
+		if c, ok := mappingCandidate(o.ProcRoot, m); ok && !seen[c.id] {
+			seen[c.id] = true
+			out = append(out, c)
 		}
-		if st, err := os.Stat(m.path); err == nil {
-			if s, ok := st.Sys().(*syscall.Stat_t); ok && s.Ino == m.ino && uint64(s.Dev) == m.dev {
-				_ = add(m.path, "maps of pid "+m.pid)
-				continue
-			}
-		}
-		_ = add(filepath.Join(o.ProcRoot, m.pid, "root", m.path), "maps of pid "+m.pid)
 	}
 	return out, errors.Join(errs...)
+}
+
+// mappingCandidate returns the path through which a mapped file is opened:
+// its plain path where that names the same file here (a process in the
+// tracer's mount namespace; it reads better), else the path through the
+// process's root (a container), or its map_files entry when it was deleted
+// (a driver upgrade replaced it under a running process).
+func mappingCandidate(procRoot string, m mapping) (candidate, bool) {
+	source := "maps of pid " + m.pid
+	paths := []string{m.path, filepath.Join(procRoot, m.pid, "root", m.path)}
+	if m.deleted {
+		paths = []string{m.mapFile}
+	}
+	for _, p := range paths {
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+			continue
+		}
+		id := fileID{uint64(st.Dev), st.Ino}
+		if id != (fileID{m.dev, m.ino}) {
+			continue
+		}
+		return candidate{id: id, path: p, source: source}, true
+	}
+	return candidate{}, false
 }
 
 // mapping is one libcuda file mapped by a process.

@@ -116,6 +116,9 @@ func (t *Tracer) readLoop() {
 			t.decodeErrors.Add(1)
 			continue
 		}
+		if ev := &b.events[b.n]; ev.Kind == trace.KindExec {
+			t.noteExec(ev.PID)
+		}
 		b.n++
 		t.events.Add(1)
 		if b.n == batchLen || rec.Remaining == 0 {

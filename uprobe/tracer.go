@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,7 @@ type Tracer struct {
 	ring  *ringbuf.Reader
 	q     *queue
 	done  chan struct{}
+	execs chan uint32 // exec'd pids for the rescan loop; nil without rescans
 	wg    sync.WaitGroup
 
 	events       atomic.Uint64
@@ -236,6 +238,7 @@ func Open(opts *Options) (*Tracer, error) {
 	t.wg.Add(1)
 	go t.readLoop()
 	if o.RescanInterval > 0 {
+		t.execs = make(chan uint32, 256)
 		t.wg.Add(1)
 		go t.rescanLoop()
 	}
@@ -364,6 +367,12 @@ func (t *Tracer) rescanLoop() {
 	defer t.wg.Done()
 	tick := time.NewTicker(t.opts.RescanInterval)
 	defer tick.Stop()
+	// A process that just exec'd maps its libraries within milliseconds;
+	// looking at it shortly after its exec event attaches a library file
+	// no earlier scan saw without waiting for the next full rescan.
+	var pending []uint32
+	soon := time.NewTimer(time.Hour)
+	soon.Stop()
 	for {
 		select {
 		case <-t.done:
@@ -373,6 +382,56 @@ func (t *Tracer) rescanLoop() {
 			t.mu.Lock()
 			t.scanErr = err
 			t.mu.Unlock()
+		case pid := <-t.execs:
+			if len(pending) == 0 {
+				soon.Reset(execScanDelay)
+			}
+			if len(pending) < cap(t.execs) {
+				pending = append(pending, pid)
+			}
+		case <-soon.C:
+			for _, pid := range pending {
+				t.scanProcess(pid)
+			}
+			pending = pending[:0]
 		}
+	}
+}
+
+// execScanDelay is how long after an exec event its process is scanned.
+const execScanDelay = 30 * time.Millisecond
+
+// scanProcess attaches the libcuda files one process maps, if new. Unlike
+// rescan it never detaches: only a full rescan knows what vanished.
+func (t *Tracer) scanProcess(pid uint32) {
+	var cands []candidate
+	for _, m := range processMappings(t.opts.ProcRoot, strconv.FormatUint(uint64(pid), 10)) {
+		if c, ok := mappingCandidate(t.opts.ProcRoot, m); ok {
+			cands = append(cands, c)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range cands {
+		if _, ok := t.libraries[c.id]; ok {
+			continue
+		}
+		l, err := attachLibrary(&t.objs.progs, c, t.opts.mode)
+		if err != nil {
+			l = &attachedLibrary{cand: c, err: err}
+		}
+		t.libraries[c.id] = l
+	}
+}
+
+// noteExec passes an exec'd process to the rescan loop without blocking
+// the reader; when the loop is busy the periodic rescan finds it.
+func (t *Tracer) noteExec(pid uint32) {
+	if t.execs == nil {
+		return
+	}
+	select {
+	case t.execs <- pid:
+	default:
 	}
 }

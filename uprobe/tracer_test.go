@@ -474,3 +474,32 @@ func TestPerfEventProbes(t *testing.T) {
 		t.Errorf("%d calls seen of %d, %d mismatched, %d syncs without duration\n%s", c.next, n, c.mismatches, c.zeroDur, strings.Join(c.first, "\n"))
 	}
 }
+
+// TestExecAttachesSoon checks that a process's exec event makes the tracer
+// look at that process at once: a library file only it maps is attached
+// long before the next periodic rescan.
+func TestExecAttachesSoon(t *testing.T) {
+	r := newRig(t)
+	o := r.options()
+	o.RescanInterval = time.Hour
+	tr := openTracer(t, o)
+	dir := t.TempDir()
+	copyLib(t, r.stub.Lib, filepath.Join(dir, "libcuda.so.1"))
+	start := time.Now()
+	p := r.start(t, []string{"LD_LIBRARY_PATH=" + dir}, true, "calls", "60")
+	r.expose(t, int(p.pid))
+	waitLibrary(t, tr, func(l Library) bool { return strings.HasPrefix(l.Path, dir) }, true)
+	t.Logf("attached %v after start", time.Since(start))
+	p.send(t, "go")
+	c := &callChecker{pid: p.pid}
+	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
+		if ev.PID == p.pid && (ev.Kind == trace.KindLaunch || ev.Kind == trace.KindCopy || ev.Kind == trace.KindSync) {
+			c.check(ev)
+		}
+		return ev.PID == p.pid && ev.Kind == trace.KindExit
+	})
+	p.wait(t)
+	if c.next != 60 || c.mismatches != 0 {
+		t.Errorf("%d calls seen, %d mismatched\n%s", c.next, c.mismatches, strings.Join(c.first, "\n"))
+	}
+}
