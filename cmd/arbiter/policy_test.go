@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runPolicy runs `arbiter policy ARGS...` and returns its output and exit
+// status (0 on success).
+func runPolicy(t *testing.T, stdin string, args ...string) (string, int) {
+	t.Helper()
+	cmd := newPolicyCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SetArgs(args)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.ExecuteContext(context.Background())
+	if err == nil {
+		return out.String(), 0
+	}
+	var pe *policyExit
+	if !errors.As(err, &pe) {
+		return out.String() + err.Error(), 2 // cobra usage errors
+	}
+	return out.String() + err.Error(), pe.ExitCode()
+}
+
+// jsonPart is the JSON document at the start of out, without the error
+// text runPolicy appends.
+func jsonPart(out string) []byte {
+	return []byte(out[:strings.LastIndex(out, "}")+1])
+}
+
+func policyDir(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+const policyHeader = "package arbiter\n\ndefault_decision := {\"class\": \"best-effort\"}\n\n"
+
+func TestPolicyTestEveryEmbeddedPolicy(t *testing.T) {
+	dirs, _ := filepath.Glob("../../rego/examples/*")
+	dirs = append(dirs, "../../rego/default", "../../rego/lib")
+	if len(dirs) != 6 {
+		t.Fatalf("found %v", dirs)
+	}
+	for _, d := range dirs {
+		out, code := runPolicy(t, "", "test", d)
+		if code != 0 || !strings.Contains(out, "PASS: ") || !strings.Contains(out, "coverage: ") || strings.Contains(out, "FAIL") {
+			t.Errorf("%s: exit %d\n%s", d, code, out)
+		}
+	}
+	out, code := runPolicy(t, "", "test", "-v", "../../rego/default")
+	if code != 0 || !strings.Contains(out, "policy_test.rego:9: arbiter_test.test_best_effort_by_default: PASS") || !strings.Contains(out, "not covered:") {
+		t.Errorf("-v: exit %d\n%s", code, out)
+	}
+	out, code = runPolicy(t, "", "test", "--run", "slo_override", "../../rego/default")
+	if code != 0 || !strings.Contains(out, "PASS: 3/3") {
+		t.Errorf("--run: exit %d\n%s", code, out)
+	}
+}
+
+func TestPolicyTestFailures(t *testing.T) {
+	dir := policyDir(t, map[string]string{
+		"p.rego":      policyHeader + "classify := default_decision\n",
+		"p_test.rego": "package arbiter_test\nimport data.arbiter\ntest_ok if arbiter.classify.class == \"best-effort\"\ntest_bad if {\n\tprint(\"looking\")\n\tarbiter.classify.class == \"lc\"\n}\n",
+	})
+	out, code := runPolicy(t, "", "test", dir)
+	if code != 1 || !strings.Contains(out, "p_test.rego:4: arbiter_test.test_bad: FAIL") || !strings.Contains(out, "print: looking") || !strings.Contains(out, "PASS: 1/2  FAIL: 1/2") {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	out, code = runPolicy(t, "", "test", "--format", "json", dir)
+	var rep struct {
+		Passed, Failed int
+		Coverage       float64
+	}
+	if code != 1 || json.Unmarshal(jsonPart(out), &rep) != nil || rep.Passed != 1 || rep.Failed != 1 || rep.Coverage != 100 {
+		t.Fatalf("json: exit %d %+v\n%s", code, rep, out)
+	}
+	empty := policyDir(t, map[string]string{"p.rego": policyHeader + "classify := default_decision\n"})
+	if out, code := runPolicy(t, "", "test", empty); code != 1 || !strings.Contains(out, "PASS: 0/0") {
+		t.Fatalf("no tests: exit %d\n%s", code, out)
+	}
+	broken := policyDir(t, map[string]string{"p.rego": "package arbiter\nx := {\n"})
+	if out, code := runPolicy(t, "", "test", broken); code != 1 || !strings.Contains(out, "p.rego:3: rego_parse_error") {
+		t.Fatalf("broken: exit %d\n%s", code, out)
+	}
+}
+
+func TestPolicyCheck(t *testing.T) {
+	out, code := runPolicy(t, "", "check", "../../rego/default")
+	if code != 0 || !strings.HasPrefix(out, "ok: ../../rego/default revision ") || !strings.Contains(out, `default class "best-effort", victims rule`) {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	dir := policyDir(t, map[string]string{"p.rego": policyHeader + "classify := {\"class\": \"lc\", \"priority\": \"high\"}\nvictims := input.nope\n"})
+	out, code = runPolicy(t, "", "check", dir)
+	want := filepath.Join(dir, "p.rego") + ":6:12: rego_type_error: undefined ref: input.nope"
+	if code != 1 || !strings.Contains(out, want) {
+		t.Fatalf("exit %d\n%s\nwant %s", code, out, want)
+	}
+	out, code = runPolicy(t, "", "check", "--format", "json", dir)
+	var res struct {
+		OK     bool
+		Errors []struct {
+			Code, Message, File string
+			Row, Col            int
+		}
+	}
+	if code != 1 || json.Unmarshal(jsonPart(out), &res) != nil || res.OK || len(res.Errors) == 0 || res.Errors[0].Code != "rego_type_error" || res.Errors[0].Row != 6 {
+		t.Fatalf("json: exit %d %+v\n%s", code, res, out)
+	}
+	out, code = runPolicy(t, "", "check", "--format", "json", "../../rego/examples/namespace")
+	if code != 0 || !strings.Contains(out, `"ok": true`) || !strings.Contains(out, `"class": "best-effort"`) {
+		t.Fatalf("json ok: exit %d\n%s", code, out)
+	}
+	if _, code := runPolicy(t, "", "check", "--format", "xml", dir); code != 2 {
+		t.Fatalf("bad format: exit %d", code)
+	}
+	if _, code := runPolicy(t, "", "check"); code != 2 {
+		t.Fatalf("no dir: exit %d", code)
+	}
+	if out, code := runPolicy(t, "", "check", "/nonexistent"); code == 0 || !strings.Contains(out, "no such file") {
+		t.Fatalf("missing dir: exit %d %s", code, out)
+	}
+}
+
+const evalInput = `{"apiVersion": "arbiter.io/v1", "node": {"hostname": "n", "time": "2026-01-10T12:00:00Z", "gpus": []},
+ "process": {"pid": 42, "comm": "vllm", "env": {"ARBITER_CLASS": "latency-critical"}}}`
+
+func TestPolicyEval(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "in.json")
+	os.WriteFile(in, []byte(evalInput), 0o644)
+	out, code := runPolicy(t, "", "eval", "../../rego/default", "--input", in)
+	var res struct {
+		Entrypoint string
+		Defined    bool
+		Decision   struct{ Class, Reason string }
+		Error      string
+	}
+	if code != 0 || json.Unmarshal(jsonPart(out), &res) != nil || res.Entrypoint != "classify" || !res.Defined || res.Decision.Class != "latency-critical" || res.Decision.Reason != "env ARBITER_CLASS" {
+		t.Fatalf("exit %d %+v\n%s", code, res, out)
+	}
+	out, code = runPolicy(t, evalInput, "eval", "../../rego/default", "--input", "-", "--explain")
+	if code != 0 || !strings.Contains(out, "policy.rego:") || !strings.Contains(out, "Enter data.arbiter.classify") {
+		t.Fatalf("explain: exit %d\n%.2000s", code, out)
+	}
+	state := `{"apiVersion": "arbiter.io/v1", "node": {"hostname": "n", "time": "2026-01-10T12:00:00Z", "gpus": []}, "state": {
+	  "processes": [{"pid": 1, "class": "latency-critical", "mode": "timeslice", "gpus": [0]}, {"pid": 2, "class": "best-effort", "mode": "suspend", "gpus": [0]}],
+	  "requests": [{"pid": 1, "gpu": 0}]}}`
+	out, code = runPolicy(t, state, "eval", "../../rego/default", "-i", "-")
+	if code != 0 || !strings.Contains(out, `"entrypoint": "victims"`) || !strings.Contains(out, `"pid": 2`) {
+		t.Fatalf("victims: exit %d\n%s", code, out)
+	}
+	// A malformed decision: printed, with the fallback, and exit 1.
+	dir := policyDir(t, map[string]string{"p.rego": policyHeader + "classify := {\"class\": input.process.comm, \"priority\": 5000}\n"})
+	out, code = runPolicy(t, evalInput, "eval", dir, "-i", "-")
+	if code != 1 || !strings.Contains(out, `"error": "policy classify for pid 42 (comm \"vllm\"): decision field priority: 5000 is above the maximum 1000; using default class \"best-effort\""`) {
+		t.Fatalf("malformed: exit %d\n%s", code, out)
+	}
+	if out, code := runPolicy(t, `{"apiVersion": "arbiter.io/v1"}`, "eval", dir, "-i", "-"); code != 2 || !strings.Contains(out, "node: required field missing") {
+		t.Fatalf("bad input: exit %d\n%s", code, out)
+	}
+	if _, code := runPolicy(t, "", "eval", dir); code != 2 {
+		t.Fatalf("no --input: exit %d", code)
+	}
+}
+
+func TestPolicySchema(t *testing.T) {
+	out, code := runPolicy(t, "", "schema", "decision")
+	var s map[string]any
+	if code != 0 || json.Unmarshal(jsonPart(out), &s) != nil || s["$id"] != "https://arbiter.io/schema/v1/decision.json" {
+		t.Fatalf("exit %d\n%.300s", code, out)
+	}
+	out, code = runPolicy(t, "", "schema")
+	if code != 0 || strings.Count(out, `"$schema"`) != 3 {
+		t.Fatalf("all: exit %d", code)
+	}
+	if _, code := runPolicy(t, "", "schema", "nope"); code != 2 {
+		t.Fatalf("unknown: exit %d", code)
+	}
+}
