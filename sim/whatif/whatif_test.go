@@ -1,0 +1,202 @@
+package whatif
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/sim/report"
+	"github.com/gpu-arbiter/arbiter/sim/workload"
+)
+
+func examples(t testing.TB, name string) *workload.File {
+	t.Helper()
+	_, here, _, _ := runtime.Caller(0)
+	f, err := workload.Load(filepath.Join(filepath.Dir(here), "..", "..", "examples", "workloads", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func config(t testing.TB, f *workload.File, d time.Duration, seed uint64, baselines ...string) *Config {
+	t.Helper()
+	ws, err := f.Workloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := f.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Config{Name: f.Spec.Name, Workloads: ws, Options: opts, Seed: seed, Duration: d, Baselines: baselines,
+		TimelineWindow: 20 * time.Millisecond}
+}
+
+func lc(t *testing.T, r *report.Report, baseline, name string) report.LC {
+	t.Helper()
+	for _, b := range r.Baselines {
+		if b.Name != baseline {
+			continue
+		}
+		for _, l := range b.LC {
+			if l.Name == name {
+				return l
+			}
+		}
+	}
+	t.Fatalf("no %s/%s in report", baseline, name)
+	return report.LC{}
+}
+
+// TestTimesliceInflation reproduces the classic result on the shipped
+// example: default time-slicing inflates the LC tail by multiples next to
+// 20 ms BE kernels, ideal priority keeps it near exclusive, and the
+// scripted suspend policy, driven through engine.Source/Enforcer, gets
+// close to ideal.
+func TestTimesliceInflation(t *testing.T) {
+	f := examples(t, "timeslice-inflation.yaml")
+	r, err := Run(context.Background(), config(t, f, 20*time.Second, 1, Exclusive, Timeslice, Priority, ScriptedSuspend, MPS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := lc(t, r, Timeslice, "resnet-infer")
+	pr := lc(t, r, Priority, "resnet-infer")
+	sc := lc(t, r, ScriptedSuspend, "resnet-infer")
+	t.Logf("p99 ratio: timeslice %.2f, priority %.2f, scripted-suspend %.2f", ts.P99Ratio, pr.P99Ratio, sc.P99Ratio)
+	if ts.P99Ratio < 4 {
+		t.Errorf("timeslice p99 ratio %.2f: want ≥ 4 (multiples)", ts.P99Ratio)
+	}
+	if pr.P99Ratio < 1 || pr.P99Ratio > 1.2 {
+		t.Errorf("priority p99 ratio %.2f: want within [1, 1.2]", pr.P99Ratio)
+	}
+	if sc.P99Ratio > 1.25 {
+		t.Errorf("scripted-suspend p99 ratio %.2f: want ≤ 1.25", sc.P99Ratio)
+	}
+	if !pr.SLOMet || ts.SLOMet {
+		t.Errorf("SLO met: priority %v (want true), timeslice %v (want false)", pr.SLOMet, ts.SLOMet)
+	}
+	for _, b := range r.Baselines {
+		if b.Name == ScriptedSuspend && (b.Controller == nil || b.Controller.Suspends == 0 || b.Controller.Resumes == 0) {
+			t.Errorf("closed loop did not act: %+v", b.Controller)
+		}
+		if b.Name != Exclusive && (len(b.BE) != 1 || b.BE[0].Fraction <= 0.5 || b.BE[0].Fraction > 1) {
+			t.Errorf("%s: BE fraction %+v", b.Name, b.BE)
+		}
+	}
+}
+
+// TestDeterministic: the same seed gives the same report.json bytes; a
+// different seed gives different ones.
+func TestDeterministic(t *testing.T) {
+	f := examples(t, "inference-mix.yaml")
+	all := []string{Exclusive, Timeslice, MPS, Priority, ScriptedSuspend, ScriptedTimeslice}
+	js := func(seed uint64) []byte {
+		r, err := Run(context.Background(), config(t, f, 3*time.Second, seed, all...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := r.WriteJSON(&b); err != nil {
+			t.Fatal(err)
+		}
+		var svg bytes.Buffer
+		if err := r.WriteCDF(&svg); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.WriteTimeline(&svg, uint64(20*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		return append(b.Bytes(), svg.Bytes()...)
+	}
+	a, b, c := js(7), js(7), js(8)
+	if !bytes.Equal(a, b) {
+		t.Error("same seed, different output")
+	}
+	if bytes.Equal(a, c) {
+		t.Error("different seeds, same output")
+	}
+}
+
+// TestConservation: every kernel submitted is completed or in flight at
+// the end, for every baseline; runs are cut mid-request.
+func TestConservation(t *testing.T) {
+	f := examples(t, "inference-mix.yaml")
+	r, err := Run(context.Background(), config(t, f, 1234567*time.Microsecond, 3,
+		Exclusive, Timeslice, MPS, Priority, ScriptedSuspend, ScriptedTimeslice))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range r.Baselines {
+		k := b.Kernels
+		if k.Submitted == 0 || k.Submitted != k.Completed+k.InFlight {
+			t.Errorf("%s: submitted %d ≠ completed %d + in flight %d", b.Name, k.Submitted, k.Completed, k.InFlight)
+		}
+		if k.InFlight == 0 {
+			t.Errorf("%s: nothing in flight at a cut of 1.234567 s: the check proves nothing", b.Name)
+		}
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	f := examples(t, "timeslice-inflation.yaml")
+	cases := []struct {
+		baselines []string
+		d         time.Duration
+		want      string
+	}{
+		{[]string{"fifo"}, time.Second, `unknown baseline "fifo"`},
+		{[]string{Timeslice, Timeslice}, time.Second, "given twice"},
+		{[]string{Timeslice}, 0, "duration 0s: must be positive"},
+	}
+	for _, c := range cases {
+		_, err := Run(context.Background(), config(t, f, c.d, 1, c.baselines...))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want %q", c.baselines, err, c.want)
+		}
+	}
+	_, err := Run(context.Background(), config(t, f, time.Second, 1, Timeslice, Arbiter))
+	if !errors.Is(err, ErrNeedsEngine) || !strings.Contains(err.Error(), "not yet available: needs the engine") {
+		t.Errorf("arbiter baseline: %v", err)
+	}
+}
+
+// TestOverloadBound: an LC stream the GPU cannot serve stops at its
+// pending bound with an error instead of growing without limit.
+func TestOverloadBound(t *testing.T) {
+	spec := `
+gpus: 1
+lc:
+  - name: flood
+    gpu: 0
+    max_pending: 1000
+    arrival: {process: poisson, rate: 100000}
+    request:
+      - kernel: {count: 4, duration: 100us}
+`
+	f, err := workload.Parse([]byte(spec), "flood.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), config(t, f, time.Hour, 1, Timeslice))
+	if err == nil || !strings.Contains(err.Error(), "requests waiting (max_pending 1000)") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	f := examples(t, "timeslice-inflation.yaml")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, b := range []string{Timeslice, ScriptedSuspend} {
+		_, err := Run(ctx, config(t, f, time.Hour, 1, b))
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: got %v", b, err)
+		}
+	}
+}
