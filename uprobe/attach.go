@@ -90,14 +90,20 @@ func attachLibrary(p *programs, c candidate, mode probeMode) (*attachedLibrary, 
 	if err != nil {
 		return nil, fmt.Errorf("open %s for uprobes: %w", c.path, err)
 	}
-	var order []*ebpf.Program
-	byProg := map[*ebpf.Program]*sites{}
+	// Sites grouped per program and direction, in first-use order.
+	type key struct {
+		prog *ebpf.Program
+		ret  bool
+	}
+	var order []key
+	byProg := map[key]*sites{}
 	add := func(prog *ebpf.Program, ret bool, sym symbol, offset, cookie uint64) {
-		s, ok := byProg[prog]
+		k := key{prog, ret}
+		s, ok := byProg[k]
 		if !ok {
 			s = &sites{ret: ret}
-			byProg[prog] = s
-			order = append(order, prog)
+			byProg[k] = s
+			order = append(order, k)
 		}
 		s.addrs = append(s.addrs, sym.address)
 		s.offsets = append(s.offsets, offset)
@@ -135,9 +141,8 @@ func attachLibrary(p *programs, c candidate, mode probeMode) (*attachedLibrary, 
 		l.probes = append(l.probes, Probe{Func: f, Symbol: sym.name, Address: sym.address,
 			Offset: offset, Prologue: sym.prologue, Return: ret != nil})
 	}
-	for _, prog := range order {
-		s := byProg[prog]
-		if err := l.attach(ex, prog, s, p.multi); err != nil {
+	for _, k := range order {
+		if err := l.attach(ex, k.prog, byProg[k], p.multi); err != nil {
 			l.close()
 			return nil, err
 		}
