@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -317,5 +318,83 @@ func TestCancel(t *testing.T) {
 	s, _ := mustSim(t, &Options{}, Process{Name: "A", Program: kernels(1000)})
 	if err := s.Run(ctx, uint64(time.Second)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestSpatialUnequal: 1 ms and 2 ms kernels with slowdown 0.5 co-run at
+// 1/1.5 speed until the short one ends at 1.5 ms (the long one has 1 ms
+// left), which then runs alone to 2.5 ms.
+func TestSpatialUnequal(t *testing.T) {
+	s, _ := mustSim(t, &Options{Mode: ModeSpatial, SpatialSlowdown: 0.5, Observe: true},
+		Process{Name: "A", Program: kernels(1000 * us)}, Process{Name: "B", Program: kernels(2000 * us)})
+	s.Start(uint64(time.Second))
+	ends := map[uint32]uint64{}
+	var ev trace.Event
+	for {
+		err := s.Read(&ev)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == trace.KindSync {
+			ends[ev.PID] = ev.Time + ev.Sync.Duration
+		}
+	}
+	if ends[FirstPID] != 1500*us || ends[FirstPID+1] != 2500*us {
+		t.Errorf("sync returns %v, want A 1500 µs, B 2500 µs", ends)
+	}
+	if b := s.Stats().GPUs[0].Busy; b != 2500*us {
+		t.Errorf("busy %d", b)
+	}
+}
+
+func TestEventBound(t *testing.T) {
+	procs := []Process{}
+	for i := range 10 {
+		procs = append(procs, Process{Name: fmt.Sprint("p", i), Program: kernels(1000 * us)})
+	}
+	s, _ := mustSim(t, &Options{MaxEvents: 4}, procs...)
+	err := s.Run(context.Background(), uint64(time.Second))
+	if err == nil || !strings.Contains(err.Error(), "event queue bound 4") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestGate: a gated host stops at its next launch; queued work finishes.
+func TestGate(t *testing.T) {
+	prog := &script{ops: []Op{{Kind: OpKernel, Dur: 100 * us}, {Kind: OpSleep, Dur: 50 * us}, {Kind: OpKernel, Dur: 100 * us}, {Kind: OpSync}}}
+	s, pids := mustSim(t, &Options{Observe: true, ContextSwitch: 10 * time.Microsecond}, Process{Name: "g", Program: prog})
+	s.Start(uint64(time.Second))
+	var ev trace.Event
+	for ev.Kind != trace.KindLaunch {
+		if err := s.Read(&ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Gate(pids[0]); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.SetReadDeadline(1000 * us)
+	if err := s.Read(&ev); !errors.Is(err, engine.ErrDeadline) {
+		t.Fatalf("gated host launched: %+v %v", ev, err)
+	}
+	st := s.Stats().Procs[0]
+	if st.KernelsCompleted != 1 || st.KernelsSubmitted != 1 {
+		t.Fatalf("while gated: %+v", st)
+	}
+	if err := s.Ungate(pids[0]); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.SetReadDeadline(0)
+	for ev.Kind != trace.KindSync {
+		if err := s.Read(&ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Second launch at 1000 (ungated), context still loaded: 1000–1100.
+	if end := ev.Time + ev.Sync.Duration; end != 1100*us {
+		t.Errorf("sync returned at %d µs, want 1100", end/us)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/sim"
 	"github.com/gpu-arbiter/arbiter/sim/hist"
 	"github.com/gpu-arbiter/arbiter/sim/report"
@@ -31,9 +32,40 @@ const (
 	Arbiter           = "arbiter"
 )
 
-// ErrNeedsEngine is returned for the arbiter baseline until the engine can
-// run inside the simulator.
+// ErrNeedsEngine is returned for the arbiter baseline while no
+// Config.Arbiter controller is supplied (until the engine can run inside
+// the simulator).
 var ErrNeedsEngine = errors.New("baseline arbiter: not yet available: needs the engine (policy + engine in the loop)")
+
+// Process describes a simulated process to a closed-loop controller: what a
+// live engine learns from policy classification and the node inventory.
+type Process struct {
+	PID   uint32
+	Name  string
+	Class sim.Class
+	GPU   int
+	// SLO is the LC workload's objective, nil if none.
+	SLO *workload.SLO
+}
+
+// Controller closes the loop of a baseline: Run reads the source's events
+// until it ends (returning nil) and enforces its decisions on the
+// simulator. The source is also the controller's clock.
+type Controller interface {
+	Run() error
+}
+
+// ActionCounter is implemented by controllers that count their enforcement
+// calls for the report.
+type ActionCounter interface {
+	Actions() report.Actions
+}
+
+// ControllerFunc builds the controller of a closed-loop baseline for one
+// run. The arbiter baseline's will wrap the policy and engine packages:
+// policy loaded from Config.PolicyDir, engine reading src and enforcing on
+// enf.
+type ControllerFunc func(src engine.DeadlineSource, enf engine.Enforcer, procs []Process) (Controller, error)
 
 var descriptions = map[string]string{
 	Exclusive:         "each workload alone on its GPU, default timeslice",
@@ -65,6 +97,9 @@ type Config struct {
 	Baselines []string
 	// PolicyDir is the Rego policy directory of the arbiter baseline.
 	PolicyDir string
+	// Arbiter builds the arbiter baseline's controller (policy + engine in
+	// the loop); nil makes that baseline fail with ErrNeedsEngine.
+	Arbiter ControllerFunc
 	// TimelineWindow records GPU timelines from 0 to this time.
 	TimelineWindow time.Duration
 	// Progress, if set, is called about every 1/100 of the duration of
@@ -93,7 +128,7 @@ func Run(ctx context.Context, cfg *Config) (*report.Report, error) {
 		if slices.Contains(names[:i], n) {
 			return nil, fmt.Errorf("baseline %q given twice", n)
 		}
-		if n == Arbiter {
+		if n == Arbiter && cfg.Arbiter == nil {
 			return nil, ErrNeedsEngine
 		}
 	}
@@ -180,41 +215,40 @@ func runExclusive(ctx context.Context, cfg *Config) (*report.Baseline, error) {
 func runShared(ctx context.Context, cfg *Config, name string) (*report.Baseline, error) {
 	opts := cfg.Options
 	opts.TimelineWindow = cfg.TimelineWindow
+	newCtl := controllerFor(cfg, name)
 	switch name {
 	case MPS:
 		opts.Mode = sim.ModeSpatial
 	case Priority:
 		opts.Mode = sim.ModePriority
-	case ScriptedSuspend, ScriptedTimeslice:
-		opts.Observe = true
 	}
+	opts.Observe = newCtl != nil
 	s, err := sim.New(&opts)
 	if err != nil {
 		return nil, err
 	}
-	var placed []scripted.Process
+	var procs []Process
 	for i := range cfg.Workloads {
 		w := &cfg.Workloads[i]
 		pid, err := s.Add(process(w, cfg))
 		if err != nil {
 			return nil, err
 		}
-		placed = append(placed, scripted.Process{PID: pid, LC: w.Class == sim.ClassLC, GPU: w.GPU})
+		procs = append(procs, Process{PID: pid, Name: w.Name, Class: w.Class, GPU: w.GPU, SLO: w.SLO})
 	}
-	var ctl *scripted.Controller
-	if opts.Observe {
-		policy := scripted.SuspendBE
-		if name == ScriptedTimeslice {
-			policy = scripted.SplitTimeslice
-		}
-		if ctl, err = scripted.New(&progressSource{Simulator: s, cfg: cfg, run: name, end: uint64(cfg.Duration)}, s, placed,
-			&scripted.Options{Policy: policy}); err != nil {
+	var ctl Controller
+	if newCtl != nil {
+		src := &progressSource{Simulator: s, cfg: cfg, run: name, end: uint64(cfg.Duration)}
+		if ctl, err = newCtl(src, s, procs); err != nil {
 			return nil, err
 		}
 		s.Start(uint64(cfg.Duration))
 		stop := context.AfterFunc(ctx, func() { s.Close() })
 		err = ctl.Run()
 		stop()
+		if err == nil {
+			err = s.Err()
+		}
 		if errors.Is(err, sim.ErrClosed) && ctx.Err() != nil {
 			err = fmt.Errorf("simulation stopped at %v: %w", time.Duration(s.Now()), ctx.Err())
 		}
@@ -225,12 +259,49 @@ func runShared(ctx context.Context, cfg *Config, name string) (*report.Baseline,
 		return nil, err
 	}
 	b := summarize(s.Stats(), cfg, cfg.Workloads)
-	if ctl != nil {
-		cs := ctl.Stats()
-		b.Controller = &report.Actions{Events: cs.Events, Suspends: cs.Suspends, Resumes: cs.Resumes,
-			Timeslices: cs.Timeslices, Interleaves: cs.Interleaves}
+	if ac, ok := ctl.(ActionCounter); ok {
+		a := ac.Actions()
+		b.Controller = &a
 	}
 	return b, nil
+}
+
+// controllerFor returns the controller constructor of a closed-loop
+// baseline, nil for open-loop ones.
+func controllerFor(cfg *Config, name string) ControllerFunc {
+	switch name {
+	case Arbiter:
+		return cfg.Arbiter
+	case ScriptedSuspend:
+		return scriptedController(scripted.SuspendBE)
+	case ScriptedTimeslice:
+		return scriptedController(scripted.SplitTimeslice)
+	}
+	return nil
+}
+
+// scriptedController adapts a scripted policy to ControllerFunc.
+func scriptedController(p scripted.Policy) ControllerFunc {
+	return func(src engine.DeadlineSource, enf engine.Enforcer, procs []Process) (Controller, error) {
+		var placed []scripted.Process
+		for _, pr := range procs {
+			placed = append(placed, scripted.Process{PID: pr.PID, LC: pr.Class == sim.ClassLC, GPU: pr.GPU})
+		}
+		c, err := scripted.New(src, enf, placed, &scripted.Options{Policy: p})
+		if err != nil {
+			return nil, err
+		}
+		return scriptedRunner{c}, nil
+	}
+}
+
+// scriptedRunner reports a scripted controller's actions.
+type scriptedRunner struct{ *scripted.Controller }
+
+func (r scriptedRunner) Actions() report.Actions {
+	st := r.Stats()
+	return report.Actions{Events: st.Events, Suspends: st.Suspends, Resumes: st.Resumes,
+		Timeslices: st.Timeslices, Interleaves: st.Interleaves}
 }
 
 func process(w *workload.Workload, cfg *Config) sim.Process {

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sim"
 	"github.com/gpu-arbiter/arbiter/sim/report"
+	"github.com/gpu-arbiter/arbiter/sim/scripted"
 	"github.com/gpu-arbiter/arbiter/sim/workload"
 )
 
@@ -198,5 +201,29 @@ func TestCancel(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: got %v", b, err)
 		}
+	}
+}
+
+// TestArbiterSeam: a controller supplied through Config.Arbiter runs in the
+// loop as the arbiter baseline and sees every process with its class, GPU
+// and SLO.
+func TestArbiterSeam(t *testing.T) {
+	f := examples(t, "timeslice-inflation.yaml")
+	cfg := config(t, f, 2*time.Second, 1, Exclusive, Arbiter)
+	var seen []Process
+	cfg.Arbiter = func(src engine.DeadlineSource, enf engine.Enforcer, procs []Process) (Controller, error) {
+		seen = procs
+		return scriptedController(scripted.SuspendBE)(src, enf, procs)
+	}
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || seen[0].Name != "resnet-infer" || seen[0].Class != sim.ClassLC || seen[0].SLO == nil || seen[1].Class != sim.ClassBE {
+		t.Errorf("controller saw %+v", seen)
+	}
+	a := lc(t, r, Arbiter, "resnet-infer")
+	if a.P99Ratio == 0 || a.P99Ratio > 1.25 || r.Baselines[1].Controller == nil || r.Baselines[1].Controller.Suspends == 0 {
+		t.Errorf("arbiter baseline: %+v, controller %+v", a, r.Baselines[1].Controller)
 	}
 }
