@@ -59,7 +59,7 @@ func (p *textPrinter) print(ev *trace.Event, first uint64, comm string) error {
 		if s.Other != 0 {
 			b = fmt.Appendf(b, " other=%#x", s.Other)
 		}
-		b = fmt.Appendf(b, " took=%s result=%s", time.Duration(s.Duration), cuResultName(s.Result))
+		b = fmt.Appendf(b, " took=%s result=%s", time.Duration(s.Duration).Round(time.Microsecond), cuResultName(s.Result))
 	case trace.KindExec:
 		b = fmt.Appendf(b, " ppid=%d", ev.Proc.PPID)
 	case trace.KindExit:

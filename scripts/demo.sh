@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Demo: trace the stub CUDA driver's inference and training workloads live
+# with eBPF, on any Linux machine (no GPU needed). `make demo` builds first.
+#
+# Starts bin/stub/infer (requests at 100/s: copy, 8 launches, copy, sync)
+# and bin/stub/train (long launches, a sync every 8), runs
+# `arbiter trace --duration 10s` on them, shows a few events of each, the
+# per-process summary, one event as JSON from the recording, and stops the
+# workloads on any exit. Tracing needs root (CAP_BPF + CAP_PERFMON): when not
+# root it runs that part with sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-10s}
+arbiter=bin/arbiter
+stub=bin/stub
+for f in "$arbiter" "$stub/infer" "$stub/train" "$stub/libcuda.so.1"; do
+	if [ ! -x "$f" ] && [ ! -f "$f" ]; then
+		echo "demo: $f is missing: run 'make build' (or 'make demo', which builds first)" >&2
+		exit 1
+	fi
+done
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+	if ! command -v sudo >/dev/null; then
+		echo "demo: tracing needs root (CAP_BPF and CAP_PERFMON) and sudo is not installed: run 'make demo' as root" >&2
+		exit 77
+	fi
+	echo "demo: tracing needs root (CAP_BPF and CAP_PERFMON); running the trace with sudo"
+	sudo=(sudo)
+fi
+
+workdir=$(mktemp -d /tmp/arbiter-demo.XXXXXX)
+pids=()
+cleanup() {
+	local p
+	for p in "${pids[@]}"; do
+		kill -TERM "$p" 2>/dev/null || true
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" 2>/dev/null || true
+	done
+	pids=()
+	rm -rf "$workdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+bold() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+
+bold "Starting two CUDA programs on the stub driver ($stub/libcuda.so.1):"
+LD_LIBRARY_PATH=$stub "$stub/infer" --rate 100 --launches 8 --kernel-us 200 --bytes 1048576 &
+pids+=($!)
+echo "  infer  pid $!  inference: 100 requests/s, each = H2D copy, 8 × 200 µs kernels, D2H copy, sync"
+LD_LIBRARY_PATH=$stub "$stub/train" --kernel-us 5000 --sync-every 8 &
+pids+=($!)
+echo "  train  pid $!  training: endless 5 ms kernels, a sync every 8"
+sleep 0.5
+
+rec=$workdir/demo.arbt
+bold "arbiter trace --duration $DURATION --pid ${pids[0]} --pid ${pids[1]} --record $rec"
+echo "(one inference request, the first training launches and sync; the rest are counted in the summary)"
+# awk reads every line, so the tracer never writes into a closed pipe.
+# The summary goes to stderr; it is shown after the events.
+"${sudo[@]}" "$arbiter" trace --duration "$DURATION" --pid "${pids[0]}" --pid "${pids[1]}" --record "$rec" \
+	2>"$workdir/summary" |
+	awk '$3 == "infer" && ni++ < 11 { print; fflush() }
+	     $3 == "train" && $4 == "launch" && nl++ < 2 { print; fflush() }
+	     $3 == "train" && $4 == "sync" && ns++ < 1 { print; fflush() }
+	     END { printf "... %d events in all\n", NR }'
+cat "$workdir/summary"
+"${sudo[@]}" chown "$(id -u):$(id -g)" "$rec"
+
+bold "The recording replays without privileges; one sync as JSON:"
+"$arbiter" trace --replay "$rec" --format json --pid "${pids[0]}" 2>/dev/null |
+	awk '/"kind":"sync"/ && !done { print; done = 1 }'
+
+bold "Stopping the workloads (they report what they saw themselves):"
+cleanup
+trap - EXIT
+bold "Next: on a GPU server, 'sudo ./bin/arbiter trace' shows real CUDA programs the same way."
