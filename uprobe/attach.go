@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"syscall"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -80,7 +81,8 @@ type sites struct {
 
 // attachLibrary resolves and attaches every probed function present in one
 // library file. On error nothing stays attached.
-func attachLibrary(p *programs, c candidate, mode probeMode) (*attachedLibrary, error) {
+func attachLibrary(plan *attachPlan, c candidate) (*attachedLibrary, error) {
+	p, mode := plan.progs, plan.mode
 	l := &attachedLibrary{cand: c}
 	syms, err := resolveSymbols(c.path)
 	if err != nil {
@@ -142,7 +144,7 @@ func attachLibrary(p *programs, c candidate, mode probeMode) (*attachedLibrary, 
 			Offset: offset, Prologue: sym.prologue, Return: ret != nil})
 	}
 	for _, k := range order {
-		if err := l.attach(ex, k.prog, byProg[k], p.multi); err != nil {
+		if err := l.attach(ex, k.prog, byProg[k], p.multi, plan.pids); err != nil {
 			l.close()
 			return nil, err
 		}
@@ -151,34 +153,57 @@ func attachLibrary(p *programs, c candidate, mode probeMode) (*attachedLibrary, 
 }
 
 // attach attaches prog at every site: with one uprobe_multi link, or one
-// perf-event uprobe per site.
-func (l *attachedLibrary) attach(ex *link.Executable, prog *ebpf.Program, s *sites, multi bool) error {
+// perf-event uprobe per site; per process where pids are given, so that the
+// kernel installs the breakpoints only in those processes.
+func (l *attachedLibrary) attach(ex *link.Executable, prog *ebpf.Program, s *sites, multi bool, pids []uint32) error {
+	if len(pids) == 0 {
+		return l.attachPID(ex, prog, s, multi, 0)
+	}
+	for _, pid := range pids {
+		err := l.attachPID(ex, prog, s, multi, pid)
+		// A listed process that has exited has nothing left to trace.
+		if err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *attachedLibrary) attachPID(ex *link.Executable, prog *ebpf.Program, s *sites, multi bool, pid uint32) error {
 	if multi {
-		opts := &link.UprobeMultiOptions{Addresses: s.addrs, Offsets: s.offsets, Cookies: s.cookies}
+		opts := &link.UprobeMultiOptions{Addresses: s.addrs, Offsets: s.offsets, Cookies: s.cookies, PID: pid}
 		attach := ex.UprobeMulti
 		if s.ret {
 			attach = ex.UretprobeMulti
 		}
 		lk, err := attach(nil, prog, opts)
 		if err != nil {
-			return fmt.Errorf("attach %s at %d sites in %s (uprobe_multi): %w", prog, len(s.addrs), l.cand.path, err)
+			return fmt.Errorf("attach %s at %d sites in %s (uprobe_multi, pid %d): %w", prog, len(s.addrs), l.cand.path, pid, err)
 		}
 		l.links = append(l.links, lk)
 		return nil
 	}
 	for i := range s.addrs {
-		opts := &link.UprobeOptions{Address: s.addrs[i], Offset: s.offsets[i], Cookie: s.cookies[i]}
+		opts := &link.UprobeOptions{Address: s.addrs[i], Offset: s.offsets[i], Cookie: s.cookies[i], PID: int(pid)}
 		attach := ex.Uprobe
 		if s.ret {
 			attach = ex.Uretprobe
 		}
 		lk, err := attach("", prog, opts)
 		if err != nil {
-			return fmt.Errorf("attach %s to %s in %s at %#x+%d: %w", prog, s.names[i], l.cand.path, s.addrs[i], s.offsets[i], err)
+			return fmt.Errorf("attach %s to %s in %s at %#x+%d (pid %d): %w", prog, s.names[i], l.cand.path, s.addrs[i], s.offsets[i], pid, err)
 		}
 		l.links = append(l.links, lk)
 	}
 	return nil
+}
+
+// attachPlan is what attachLibrary attaches.
+type attachPlan struct {
+	progs *programs
+	mode  probeMode
+	// pids, when not empty, limits the breakpoints to these processes.
+	pids []uint32
 }
 
 // probeMode selects what is attached; the modes other than probeFull exist

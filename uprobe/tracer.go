@@ -42,7 +42,9 @@ type Options struct {
 	// 2s, negative disables rescanning.
 	RescanInterval time.Duration
 	// PIDs, when not empty, restricts tracing in the kernel to these
-	// processes (thread-group ids).
+	// processes (thread-group ids). Without Cgroups, the breakpoints are
+	// moreover installed only in these processes, so that the others pay
+	// nothing, not even the trap.
 	PIDs []uint32
 	// Cgroups, when not empty, restricts tracing in the kernel to tasks in
 	// these cgroup v2 ids (with PIDs: either matches).
@@ -343,7 +345,7 @@ func (t *Tracer) rescan() error {
 		if _, ok := t.libraries[c.id]; ok {
 			continue
 		}
-		l, err := attachLibrary(&t.objs.progs, c, t.opts.mode)
+		l, err := attachLibrary(t.plan(), c)
 		if err != nil {
 			// Remembered (Stats shows why) so it is not retried each scan;
 			// a replaced file has a new inode and is tried afresh.
@@ -416,12 +418,22 @@ func (t *Tracer) scanProcess(pid uint32) {
 		if _, ok := t.libraries[c.id]; ok {
 			continue
 		}
-		l, err := attachLibrary(&t.objs.progs, c, t.opts.mode)
+		l, err := attachLibrary(t.plan(), c)
 		if err != nil {
 			l = &attachedLibrary{cand: c, err: err}
 		}
 		t.libraries[c.id] = l
 	}
+}
+
+// plan says what attachLibrary attaches: with a PID list and no cgroup
+// list, the probes are installed only in the listed processes.
+func (t *Tracer) plan() *attachPlan {
+	p := &attachPlan{progs: &t.objs.progs, mode: t.opts.mode}
+	if len(t.opts.Cgroups) == 0 {
+		p.pids = t.opts.PIDs
+	}
+	return p
 }
 
 // noteExec passes an exec'd process to the rescan loop without blocking

@@ -6,11 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpu-arbiter/arbiter/internal/testenv"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -41,6 +44,8 @@ func TestCaptureEveryVariant(t *testing.T) {
 
 	checkers := map[uint32]*callChecker{before.pid: {pid: before.pid}, after.pid: {pid: after.pid}}
 	var exec, exits int
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	collect(t, tr, 2*time.Minute, func(ev *trace.Event) bool {
 		c, ok := checkers[ev.PID]
 		if !ok {
@@ -62,6 +67,12 @@ func TestCaptureEveryVariant(t *testing.T) {
 		}
 		return exits == 2
 	})
+	runtime.ReadMemStats(&m1)
+	// Reading and decoding allocate nothing per event; a few allocations
+	// come from the runtime and the collecting goroutine.
+	if allocs := m1.Mallocs - m0.Mallocs; allocs > n/100 {
+		t.Errorf("%d allocations while reading %d events", allocs, 2*n)
+	}
 	before.wait(t)
 	after.wait(t)
 	for _, c := range checkers {
@@ -501,5 +512,112 @@ func TestExecAttachesSoon(t *testing.T) {
 	p.wait(t)
 	if c.next != 60 || c.mismatches != 0 {
 		t.Errorf("%d calls seen, %d mismatched\n%s", c.next, c.mismatches, strings.Join(c.first, "\n"))
+	}
+}
+
+// TestPIDFilterSparesOthers checks that with a PID list the breakpoints
+// exist only in the listed process: an unlisted process running the same
+// library keeps its unprobed per-call time and produces no events.
+func TestPIDFilterSparesOthers(t *testing.T) {
+	r := newRig(t)
+	listed := r.start(t, nil, false, "serve")
+	other := r.start(t, nil, false, "serve")
+	for _, p := range []*proc{listed, other} {
+		if l := p.line(t); l != "ready" {
+			t.Fatalf("exerciser said %q", l)
+		}
+	}
+	const n, reps = 2000, 5
+	base := other.medianPerCall(t, n, reps)
+	o := r.options()
+	o.PIDs = []uint32{listed.pid}
+	tr := openTracer(t, o)
+	probed := listed.medianPerCall(t, n, reps)
+	spared := other.medianPerCall(t, n, reps)
+	t.Logf("ns/call: unprobed %.0f, listed %.0f, unlisted %.0f", base, probed, spared)
+	if probed < base+500 {
+		t.Errorf("listed process %.0f ns/call vs %.0f unprobed: not probed", probed, base)
+	}
+	if spared > 2*base+300 {
+		t.Errorf("unlisted process %.0f ns/call vs %.0f unprobed: it pays for the probes", spared, base)
+	}
+	var launches, others int
+	listed.in.Close()
+	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
+		switch {
+		case ev.PID == other.pid:
+			others++
+		case ev.PID == listed.pid && ev.Kind == trace.KindLaunch:
+			launches++
+		}
+		return ev.PID == listed.pid && ev.Kind == trace.KindExit
+	})
+	if launches != n*reps || others != 0 {
+		t.Errorf("%d launches from the listed process (want %d), %d events from the other", launches, n*reps, others)
+	}
+}
+
+// cgroup2 returns the cgroup v2 mount point.
+func cgroup2(t *testing.T) string {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
+			return f[1]
+		}
+	}
+	testenv.Skip(t, "no cgroup v2 hierarchy mounted")
+	return ""
+}
+
+// TestCgroupFilter checks the in-kernel cgroup filter: a process moved
+// into a fresh cgroup is traced, one outside it is not.
+func TestCgroupFilter(t *testing.T) {
+	r := newRig(t)
+	dir := filepath.Join(cgroup2(t), fmt.Sprintf("arbiter-test-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inside := r.start(t, nil, true, "calls", "90")
+	outside := r.start(t, nil, true, "calls", "90")
+	t.Cleanup(func() {
+		// The cgroup can go once its process has exited.
+		_ = inside.cmd.Process.Kill()
+		_, _ = inside.cmd.Process.Wait()
+		_ = os.Remove(dir)
+	})
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(int(inside.pid))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.Sys().(*syscall.Stat_t).Ino
+	o := r.options()
+	o.Cgroups = []uint64{id}
+	tr := openTracer(t, o)
+	outside.send(t, "go")
+	outside.wait(t)
+	inside.send(t, "go")
+	c := &callChecker{pid: inside.pid}
+	var others int
+	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
+		if ev.PID == outside.pid {
+			others++
+		}
+		if ev.PID == inside.pid && ev.Kind != trace.KindExit {
+			if ev.Cgroup != id {
+				t.Errorf("event cgroup %d, want %d", ev.Cgroup, id)
+			}
+			c.check(ev)
+		}
+		return ev.PID == inside.pid && ev.Kind == trace.KindExit
+	})
+	inside.wait(t)
+	if c.next != 90 || c.mismatches != 0 || others != 0 {
+		t.Errorf("%d calls from inside (%d mismatched), %d events from outside\n%s", c.next, c.mismatches, others, strings.Join(c.first, "\n"))
 	}
 }
