@@ -227,3 +227,20 @@ func TestArbiterSeam(t *testing.T) {
 		t.Errorf("arbiter baseline: %+v, controller %+v", a, r.Baselines[1].Controller)
 	}
 }
+
+// TestReplayFidelity: the shipped trace, recorded with `arbiter trace
+// --record` from the stub driver's infer program, replayed alone, gives
+// back the latencies that program measured itself while it was recorded
+// (it printed p50 1174 µs, p99 3265 µs over 322 requests).
+func TestReplayFidelity(t *testing.T) {
+	f := examples(t, "replay-stub.yaml")
+	r, err := Run(context.Background(), config(t, f, 3*time.Second, 1, Exclusive))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lc(t, r, Exclusive, "infer")
+	near := func(got uint64, want float64) bool { return float64(got) > want*0.95 && float64(got) < want*1.05 }
+	if l.Requests < 315 || !near(l.P50NS, 1174e3) || !near(l.P99NS, 3265e3) {
+		t.Errorf("replayed alone: %d requests, p50 %d ns, p99 %d ns; recorded 322, 1174 µs, 3265 µs", l.Requests, l.P50NS, l.P99NS)
+	}
+}

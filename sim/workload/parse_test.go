@@ -99,6 +99,8 @@ func TestParseErrors(t *testing.T) {
 		{"cv on const", "gpus: 1\nbe: [{name: b, gpu: 0, kernel: {mean: 1ms, cv: 1}}]\n", "be[0].kernel.cv: cv applies to dist lognormal only"},
 		{"trace without times", strings.Replace(base(""), "{process: poisson, rate: 10}", "{process: trace}", 1), "lc[0].arrival: process trace needs exactly one of times and file"},
 		{"decreasing times", strings.Replace(base(""), "{process: poisson, rate: 10}", "{process: trace, times: [2ms, 1ms]}", 1), "lc[0].arrival.times[1]: 1ms"},
+		{"bad request_end", "gpus: 1\nreplay: [{file: x, processes: [{pid: 1, name: a, class: lc, gpu: 0, request_end: never}]}]\n", `replay[0].processes[0].request_end: "never": want gap or sync`},
+		{"pid and comm", "gpus: 1\nreplay: [{file: x, processes: [{pid: 1, comm: a, name: a, class: lc, gpu: 0}]}]\n", "replay[0].processes[0]: give exactly one of pid and comm"},
 		{"bad model", "gpus: 1\nmodel: {granularity: warp}\nbe: [{name: b, gpu: 0, kernel: 1ms}]\n", `x.yaml:2: model.granularity: "warp"`},
 	}
 	for _, c := range cases {

@@ -78,7 +78,7 @@ func (f *File) replay(i int, cm copyModel) ([]Workload, error) {
 		if rp.Class == "lc" {
 			class = sim.ClassLC
 		}
-		ops := replayOps(calls, rec.Start, class == sim.ClassLC, gap)
+		ops := replayOps(calls, rec.Start, class == sim.ClassLC, gap, rp.RequestEnd == "sync")
 		out = append(out, Workload{
 			Name: rp.Name, Class: class, GPU: rp.GPU, SLO: rp.SLO, Source: "replay:" + r.File,
 			newProgram: func(_, horizon uint64) sim.Program { return &replayProgram{ops: ops} },
@@ -261,8 +261,9 @@ func batchDuration(batch []call, end uint64) (uint64, uint64) {
 // recorded host time since the previous call returned; for LC processes,
 // calls after an idle gap of at least gap start a request that arrives at
 // its recorded offset, and the last synchronization before the next gap
-// ends it.
-func replayOps(calls []call, t0 uint64, lc bool, gap uint64) []sim.Op {
+// ends it (with perSync, every blocking synchronization ends one and the
+// next call starts the next).
+func replayOps(calls []call, t0 uint64, lc bool, gap uint64, perSync bool) []sim.Op {
 	var ops []sim.Op
 	prevEnd := calls[0].t
 	inReq := false
@@ -271,7 +272,7 @@ func replayOps(calls []call, t0 uint64, lc bool, gap uint64) []sim.Op {
 		if c.t > prevEnd {
 			host = c.t - prevEnd
 		}
-		newReq := i == 0 || host >= gap
+		newReq := i == 0 || host >= gap || (perSync && lc && calls[i-1].kind == sim.OpSync)
 		if newReq {
 			if inReq {
 				ops = append(ops, sim.Op{Kind: sim.OpEnd})
@@ -292,7 +293,7 @@ func replayOps(calls []call, t0 uint64, lc bool, gap uint64) []sim.Op {
 		case sim.OpCopy:
 			ops = append(ops, sim.Op{Kind: sim.OpCopy, Bytes: c.bytes, Dir: c.dir})
 		case sim.OpSync:
-			if inReq && endsRequest(calls, i, gap) {
+			if inReq && (perSync || endsRequest(calls, i, gap)) {
 				ops = append(ops, sim.Op{Kind: sim.OpEnd})
 				inReq = false
 			} else {

@@ -222,7 +222,7 @@ func FuzzReadRecording(f *testing.F) {
 			if err := inferDurations(calls, copyModelOf(&sim.Options{})); err != nil {
 				continue
 			}
-			ops := replayOps(calls, rec.Start, true, uint64(trace.DefaultIdleGap))
+			ops := replayOps(calls, rec.Start, true, uint64(trace.DefaultIdleGap), len(data)%2 == 0)
 			if ops[len(ops)-1].Kind != sim.OpStop {
 				t.Fatal("replay program does not end with stop")
 			}

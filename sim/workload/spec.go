@@ -131,6 +131,12 @@ type ReplayProcess struct {
 	// RequestGap is the idle gap that separates LC requests (default
 	// trace.DefaultIdleGap).
 	RequestGap Duration `json:"request_gap,omitempty"`
+	// RequestEnd is "gap" (default: a request is a busy period, ended by
+	// the last blocking synchronization before an idle gap of RequestGap)
+	// or "sync" (every blocking synchronization ends a request, for
+	// servers that synchronize once per request and may work through a
+	// backlog back to back).
+	RequestEnd string `json:"request_end,omitempty"`
 }
 
 // Duration is a time.Duration written as a string with a unit ("250us",

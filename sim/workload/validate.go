@@ -139,6 +139,12 @@ func (s *Spec) validate() *FieldError {
 			if rp.SLO != nil && rp.Class != "lc" {
 				return fieldErr(pp+".slo", "only lc processes have an SLO")
 			}
+			if rp.RequestEnd != "" && rp.RequestEnd != "gap" && rp.RequestEnd != "sync" {
+				return fieldErr(pp+".request_end", "%q: want gap or sync", rp.RequestEnd)
+			}
+			if rp.RequestEnd != "" && rp.Class != "lc" {
+				return fieldErr(pp+".request_end", "only lc processes have requests")
+			}
 			if rp.RequestGap < 0 || time.Duration(rp.RequestGap) > maxDuration {
 				return fieldErr(pp+".request_gap", "%v: must be between 0 and %v", time.Duration(rp.RequestGap), maxDuration)
 			}
