@@ -20,6 +20,18 @@ func (s *Simulator) lookup(pid uint32, gpu int, what string) (*proc, error) {
 	return p, nil
 }
 
+// control applies an enforcement action now, or after ControlLatency.
+// Actions of equal latency keep their call order.
+func (s *Simulator) control(f func()) error {
+	if s.cfg.controlLatency == 0 {
+		f()
+		return s.err
+	}
+	s.controls = append(s.controls, f)
+	s.schedule(event{t: s.now + s.cfg.controlLatency, kind: evControl})
+	return s.err
+}
+
 // SetTimeslice sets pid's channel-group timeslice; it applies from the
 // current slice on (a slice already longer than us expires now).
 func (s *Simulator) SetTimeslice(pid uint32, gpu int, us uint64) error {
@@ -30,13 +42,14 @@ func (s *Simulator) SetTimeslice(pid uint32, gpu int, us uint64) error {
 	if err != nil {
 		return err
 	}
-	p.timeslice = us * 1000
-	g := s.gpus[p.gpu]
-	if g.cur == p && g.state == gRun && !g.drain && s.cfg.mode != ModeSpatial {
-		g.account(s.now)
-		g.plan(s.now)
-	}
-	return nil
+	return s.control(func() {
+		p.timeslice = us * 1000
+		g := s.gpus[p.gpu]
+		if g.cur == p && g.state == gRun && !g.drain && s.cfg.mode != ModeSpatial {
+			g.account(s.now)
+			g.plan(s.now)
+		}
+	})
 }
 
 // SetInterleave sets pid's interleave level and rebuilds its GPU's runlist.
@@ -48,11 +61,12 @@ func (s *Simulator) SetInterleave(pid uint32, level engine.Interleave) error {
 	if err != nil {
 		return err
 	}
-	if p.interleave != level {
-		p.interleave = level
-		s.gpus[p.gpu].buildRunlist()
-	}
-	return nil
+	return s.control(func() {
+		if p.interleave != level {
+			p.interleave = level
+			s.gpus[p.gpu].buildRunlist()
+		}
+	})
 }
 
 // Suspend takes pid's channel group off gpu's runlist, preempting its
@@ -63,8 +77,7 @@ func (s *Simulator) Suspend(pid uint32, gpu int) error {
 	if err != nil {
 		return err
 	}
-	s.gpus[p.gpu].suspend(p, s.now)
-	return s.err
+	return s.control(func() { s.gpus[p.gpu].suspend(p, s.now) })
 }
 
 // Resume puts pid's channel group back on gpu's runlist.
@@ -73,8 +86,7 @@ func (s *Simulator) Resume(pid uint32, gpu int) error {
 	if err != nil {
 		return err
 	}
-	s.gpus[p.gpu].resume(p, s.now)
-	return s.err
+	return s.control(func() { s.gpus[p.gpu].resume(p, s.now) })
 }
 
 // Gate stops pid's host at its next kernel launch; work already queued

@@ -101,6 +101,10 @@ type Options struct {
 	CopyBandwidth float64
 	// CopyLatency is a copy's fixed setup cost (default 10 µs).
 	CopyLatency time.Duration
+	// ControlLatency is how long after an Enforcer call (suspend, resume,
+	// timeslice, interleave) it takes effect on the GPU: the driver
+	// control's own latency (default 0: at once; negative is rejected).
+	ControlLatency time.Duration
 	// MaxEvents bounds the event queue; a run that would exceed it stops
 	// with an error (default 1<<22).
 	MaxEvents int
@@ -141,6 +145,7 @@ type config struct {
 	slowdown                                  float64
 	copyBW                                    float64
 	copyLatency                               uint64
+	controlLatency                            uint64
 	maxEvents, maxStreamOps, maxSegments      int
 	window                                    uint64
 	observe                                   bool
@@ -216,6 +221,10 @@ func (o *Options) resolve() (config, error) {
 			*b.v = b.def
 		}
 	}
+	if o.ControlLatency < 0 || o.ControlLatency > time.Hour {
+		return c, fmt.Errorf("control latency %v: must be between 0 and 1h", o.ControlLatency)
+	}
+	c.controlLatency = uint64(o.ControlLatency)
 	if o.TimelineWindow < 0 {
 		return c, fmt.Errorf("timeline window %v: must not be negative", o.TimelineWindow)
 	}

@@ -20,6 +20,8 @@ const (
 	evCopy
 	// evHost wakes process id's host program (valid while gen matches).
 	evHost
+	// evControl applies the oldest pending enforcement action.
+	evControl
 )
 
 // queue is a binary min-heap of events by (t, seq), kept by value so that

@@ -79,6 +79,9 @@ type Simulator struct {
 
 	timeline []Segment
 	dropped  uint64
+
+	controls []func() // enforcement actions waiting for ControlLatency
+	ctlHead  int
 }
 
 // New returns a simulator with no processes.
@@ -210,6 +213,14 @@ func (s *Simulator) step() bool {
 		if e.gen == p.hostGen {
 			s.wakeHost(p, s.now)
 		}
+	case evControl:
+		f := s.controls[s.ctlHead]
+		s.controls[s.ctlHead] = nil
+		s.ctlHead++
+		if s.ctlHead == len(s.controls) {
+			s.controls, s.ctlHead = s.controls[:0], 0
+		}
+		f()
 	}
 	return true
 }

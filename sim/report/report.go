@@ -37,6 +37,7 @@ type Model struct {
 	SpatialSlowdown float64 `json:"spatial_slowdown"`
 	CopyBandwidth   float64 `json:"copy_bandwidth"`
 	CopyLatencyNS   uint64  `json:"copy_latency_ns"`
+	ControlLatency  uint64  `json:"control_latency_ns"`
 }
 
 // ModelOf records resolved simulator options.
@@ -44,7 +45,7 @@ func ModelOf(o *sim.Options) Model {
 	return Model{
 		TimesliceNS: uint64(o.Timeslice), ContextSwitchNS: uint64(o.ContextSwitch), PreemptionNS: uint64(o.Preemption),
 		Granularity: o.Granularity.String(), BlockDrainNS: uint64(o.BlockDrain), SpatialSlowdown: o.SpatialSlowdown,
-		CopyBandwidth: o.CopyBandwidth, CopyLatencyNS: uint64(o.CopyLatency),
+		CopyBandwidth: o.CopyBandwidth, CopyLatencyNS: uint64(o.CopyLatency), ControlLatency: uint64(o.ControlLatency),
 	}
 }
 

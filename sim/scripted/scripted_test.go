@@ -26,8 +26,13 @@ func (o *ops) Next(uint64) (sim.Op, error) {
 // setup: BE launches one 10 ms kernel at 0; LC's request arrives at 1 ms
 // with one 200 µs kernel. Switch 20 µs, preemption 30 µs, timeslice 1024 µs.
 func setup(t *testing.T, observe bool) (*sim.Simulator, []Process) {
+	return setupLatency(t, observe, 0)
+}
+
+func setupLatency(t *testing.T, observe bool, ctl time.Duration) (*sim.Simulator, []Process) {
 	t.Helper()
-	s, err := sim.New(&sim.Options{Observe: observe, TimelineWindow: time.Second, ContextSwitch: 20 * time.Microsecond, Preemption: 30 * time.Microsecond})
+	s, err := sim.New(&sim.Options{Observe: observe, TimelineWindow: time.Second, ContextSwitch: 20 * time.Microsecond,
+		Preemption: 30 * time.Microsecond, ControlLatency: ctl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,5 +158,35 @@ func TestBadOptions(t *testing.T) {
 	}
 	if _, err := New(s, s, procs, &Options{IdleGap: -1}); err == nil {
 		t.Error("negative gap accepted")
+	}
+}
+
+// TestControlLatency: with a 300 µs control latency the suspend issued at
+// the LC launch (1000) lands at 1300, after time-slicing has already run
+// the LC (BE slice ends 1044, save to 1074, switch to 1094, LC 1094–1294)
+// and while BE is being switched back in (1294–1314), which it aborts; the
+// resume issued at 1294 lands at 1594: switch to 1614, BE's remaining
+// 8976 µs end at 10590.
+func TestControlLatency(t *testing.T) {
+	s, procs := setupLatency(t, true, 300*time.Microsecond)
+	s.Start(uint64(20 * time.Millisecond))
+	ctl, err := New(s, s, procs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if got := lcLatency(t, s); got != 294*us {
+		t.Errorf("latency %d µs, want 294", got/us)
+	}
+	var runs [][2]uint64
+	for _, seg := range s.Stats().Timeline {
+		if seg.PID == procs[0].PID && seg.Kind == sim.SegmentRun {
+			runs = append(runs, [2]uint64{seg.Start / us, seg.End / us})
+		}
+	}
+	if len(runs) != 2 || runs[0] != [2]uint64{20, 1044} || runs[1] != [2]uint64{1614, 10590} {
+		t.Errorf("BE runs %v µs, want [[20 1044] [1614 10590]]", runs)
 	}
 }

@@ -14,6 +14,7 @@ duration: 10s
 model:
   timeslice: 2ms
   granularity: block
+  control_latency: 300us
 lc:
   - name: infer
     gpu: 0
@@ -48,7 +49,7 @@ func TestParseGood(t *testing.T) {
 		t.Errorf("be kernel %+v", s.BE[0].Kernel)
 	}
 	o, err := f.Options()
-	if err != nil || o.GPUs != 2 || o.Timeslice != 2*time.Millisecond || o.Granularity != 1 {
+	if err != nil || o.GPUs != 2 || o.Timeslice != 2*time.Millisecond || o.Granularity != 1 || o.ControlLatency != 300*time.Microsecond {
 		t.Errorf("options %+v %v", o, err)
 	}
 	ws, err := f.Workloads()

@@ -48,6 +48,7 @@ func (f *File) Options() (sim.Options, error) {
 	o.SpatialSlowdown = m.SpatialSlowdown
 	o.CopyBandwidth = m.CopyBandwidth
 	o.CopyLatency = time.Duration(m.CopyLatency)
+	o.ControlLatency = time.Duration(m.ControlLatency)
 	switch m.Granularity {
 	case "block":
 		o.Granularity = sim.GranularityBlock

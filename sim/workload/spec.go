@@ -33,6 +33,7 @@ type Model struct {
 	SpatialSlowdown float64  `json:"spatial_slowdown,omitempty"`
 	CopyBandwidth   float64  `json:"copy_bandwidth,omitempty"` // bytes/s
 	CopyLatency     Duration `json:"copy_latency,omitempty"`
+	ControlLatency  Duration `json:"control_latency,omitempty"`
 }
 
 // SLO is an LC workload's latency objective.

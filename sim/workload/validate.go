@@ -161,7 +161,7 @@ func (m *Model) validate() *FieldError {
 		path string
 		v    Duration
 	}{{"model.timeslice", m.Timeslice}, {"model.context_switch", m.ContextSwitch}, {"model.preemption", m.Preemption},
-		{"model.block_drain", m.BlockDrain}, {"model.copy_latency", m.CopyLatency}} {
+		{"model.block_drain", m.BlockDrain}, {"model.copy_latency", m.CopyLatency}, {"model.control_latency", m.ControlLatency}} {
 		if d.v < 0 || time.Duration(d.v) > maxDuration {
 			return fieldErr(d.path, "%v: must be between 0 (default) and %v", time.Duration(d.v), maxDuration)
 		}
