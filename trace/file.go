@@ -44,6 +44,9 @@ const (
 	flagSameCgroup = 0x80
 	kindMask       = 0x3f
 	endMarker      = 0x00
+	// nameRecord is not an event: it names a process whose exec the
+	// recording did not see (Writer.WriteName, Reader.Name).
+	nameRecord = 0x3f
 )
 
 // Header describes a trace file. It may grow fields; old readers skip what
@@ -203,6 +206,33 @@ func (w *Writer) Write(ev *Event) error {
 	return nil
 }
 
+// WriteName records the name of process pid, for a process whose exec
+// event the recording does not hold (it was running before the recording
+// started), so that readers can show and filter it by name. It is not an
+// event: Read skips it and Reader.Name returns it. comm is cut to the
+// kernel's 15 bytes.
+func (w *Writer) WriteName(pid uint32, comm string) error {
+	if w.closed {
+		return ErrWriterClosed
+	}
+	if len(comm) > 15 {
+		comm = comm[:15]
+	}
+	p := binary.AppendUvarint(w.buf[:0], uint64(pid))
+	p = binary.AppendUvarint(p, uint64(len(comm)))
+	p = append(p, comm...)
+	head := w.head[:]
+	head[0] = nameRecord
+	n := 1 + binary.PutUvarint(head[1:], uint64(len(p)))
+	if _, err := w.bw.Write(head[:n]); err != nil {
+		return fmt.Errorf("trace writer: name of pid %d: %w", pid, err)
+	}
+	if _, err := w.bw.Write(p); err != nil {
+		return fmt.Errorf("trace writer: name of pid %d: %w", pid, err)
+	}
+	return nil
+}
+
 // Count returns the number of events written.
 func (w *Writer) Count() uint64 { return w.count }
 
@@ -244,6 +274,7 @@ type Reader struct {
 	prev  Event
 	count uint64
 	err   error // sticky: io.EOF or a *FormatError
+	names map[uint32]string
 	buf   [maxRecord]byte
 }
 
@@ -292,6 +323,13 @@ func NewReader(r io.Reader) (*Reader, error) {
 // Header returns the file header.
 func (r *Reader) Header() Header { return r.hdr }
 
+// Name returns the name recorded for pid by Writer.WriteName in the part of
+// the file read so far.
+func (r *Reader) Name(pid uint32) (string, bool) {
+	n, ok := r.names[pid]
+	return n, ok
+}
+
 // Offset returns the number of bytes consumed so far.
 func (r *Reader) Offset() int64 { return r.off }
 
@@ -302,48 +340,58 @@ func (r *Reader) Read(ev *Event) error {
 	if r.err != nil {
 		return r.err
 	}
-	if err := r.read(ev); err != nil {
-		r.err = err
-		return err
+	for {
+		isEvent, err := r.read(ev)
+		if err != nil {
+			r.err = err
+			return err
+		}
+		if isEvent {
+			return nil
+		}
 	}
-	return nil
 }
 
-func (r *Reader) read(ev *Event) error {
+// read decodes the next record: an event into ev (true), or a name record
+// (false).
+func (r *Reader) read(ev *Event) (bool, error) {
 	recOff := r.off
 	kind, err := r.br.ReadByte()
 	if err != nil {
 		if err == io.EOF {
-			return &FormatError{Offset: recOff, Msg: fmt.Sprintf(
+			return false, &FormatError{Offset: recOff, Msg: fmt.Sprintf(
 				"file ends after %d events without the end marker (truncated, or the writer was not closed)", r.count)}
 		}
-		return fmt.Errorf("trace file: byte offset %d: %w", recOff, err)
+		return false, fmt.Errorf("trace file: byte offset %d: %w", recOff, err)
 	}
 	r.off++
 	if kind == endMarker {
-		return r.readEnd(recOff)
+		return false, r.readEnd(recOff)
+	}
+	if kind == nameRecord {
+		return false, r.readName(recOff)
 	}
 	k := Kind(kind & kindMask)
 	if !k.Valid() {
-		return &FormatError{Offset: recOff, Msg: fmt.Sprintf("record kind byte %#02x: unknown kind %d", kind, k)}
+		return false, &FormatError{Offset: recOff, Msg: fmt.Sprintf("record kind byte %#02x: unknown kind %d", kind, k)}
 	}
 	lenOff := r.off
 	size, err := r.readUvarint("record length")
 	if err != nil {
-		return err
+		return false, err
 	}
 	if size == 0 || size > maxRecord {
-		return &FormatError{Offset: lenOff, Msg: fmt.Sprintf("%s record length %d outside 1..%d", k, size, maxRecord)}
+		return false, &FormatError{Offset: lenOff, Msg: fmt.Sprintf("%s record length %d outside 1..%d", k, size, maxRecord)}
 	}
 	payOff := r.off
 	if err := r.readFull(r.buf[:size], "record", k); err != nil {
-		return err
+		return false, err
 	}
 	d := decoder{b: r.buf[:size], base: payOff}
 	*ev = Event{Kind: k}
 	f := Func(d.byte("func"))
 	if f != FuncNone && !f.Valid() {
-		return &FormatError{Offset: payOff, Msg: fmt.Sprintf("%s record: unknown func %d", k, f)}
+		return false, &FormatError{Offset: payOff, Msg: fmt.Sprintf("%s record: unknown func %d", k, f)}
 	}
 	ev.Func = f
 	if kind&flagSamePID != 0 {
@@ -375,7 +423,7 @@ func (r *Reader) read(ev *Event) error {
 		dirOff := d.offset()
 		c.Dir = CopyDir(d.byte("copy direction"))
 		if d.err == nil && c.Dir > CopyDtoH {
-			return &FormatError{Offset: dirOff, Msg: fmt.Sprintf("copy record: unknown direction %d", c.Dir)}
+			return false, &FormatError{Offset: dirOff, Msg: fmt.Sprintf("copy record: unknown direction %d", c.Dir)}
 		}
 		c.Bytes = d.uvarint("copy bytes")
 		c.Device = d.uvarint("copy device pointer")
@@ -405,14 +453,44 @@ func (r *Reader) read(ev *Event) error {
 		m.Value = d.uvarint("rm value")
 	}
 	if d.err != nil {
-		return d.err
+		return false, d.err
 	}
 	if len(d.b) != 0 {
-		return &FormatError{Offset: d.offset(), Msg: fmt.Sprintf(
+		return false, &FormatError{Offset: d.offset(), Msg: fmt.Sprintf(
 			"%s record: %d bytes left over after its fields (length %d)", k, len(d.b), size)}
 	}
 	r.prev = *ev
 	r.count++
+	return true, nil
+}
+
+// readName reads a process-name record (after its kind byte).
+func (r *Reader) readName(recOff int64) error {
+	lenOff := r.off
+	size, err := r.readUvarint("name record length")
+	if err != nil {
+		return err
+	}
+	if size == 0 || size > maxRecord {
+		return &FormatError{Offset: lenOff, Msg: fmt.Sprintf("name record length %d outside 1..%d", size, maxRecord)}
+	}
+	payOff := r.off
+	if err := r.readFull(r.buf[:size], "name record", KindInvalid); err != nil {
+		return err
+	}
+	d := decoder{b: r.buf[:size], base: payOff}
+	pid := d.u32("name record pid")
+	comm := d.bytes("name record comm", 15)
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.b) != 0 {
+		return &FormatError{Offset: d.offset(), Msg: fmt.Sprintf("name record at %d: %d bytes left over after its fields", recOff, len(d.b))}
+	}
+	if r.names == nil {
+		r.names = map[uint32]string{}
+	}
+	r.names[pid] = string(comm)
 	return nil
 }
 

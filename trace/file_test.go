@@ -229,7 +229,9 @@ func TestCorruptFiles(t *testing.T) {
 		{"future version", patch(8, 2), 8, "format version 2 unsupported"},
 		{"huge header block", patch(10, 0xff, 0xff, 0xff, 0x7f), 10, "header block length 268435455 exceeds"},
 		{"host too long", append(append([]byte(Magic), 1, 0, 3, 0, 0x80, 0x02), make([]byte, 10)...), 12, "header host: length 256 exceeds 255"},
-		{"unknown kind", patch(rec0, 0x3f), rec0, "unknown kind 63"},
+		{"unknown kind", patch(rec0, 0x3e), rec0, "unknown kind 62"},
+		{"unknown kind with flags", patch(rec0, 0xff), rec0, "unknown kind 63"},
+		{"name record comm too long", patch(rec0, 0x3f, 0x05, 0x01, 0x10), rec0 + 3, "name record comm: length 16 exceeds 15"},
 		{"zero length", patch(rec0+1, 0), rec0 + 1, "record length 0"},
 		{"length too long", patch(rec0+1, 0x80, 0x02), rec0 + 1, "record length 256 outside 1..255"},
 		{"unknown func", patch(rec0+2, 200), rec0 + 2, "unknown func 200"},
@@ -253,6 +255,64 @@ func TestCorruptFiles(t *testing.T) {
 				t.Errorf("got offset %d %q, want offset %d containing %q", fe.Offset, fe.Msg, tt.offset, tt.msg)
 			}
 		})
+	}
+}
+
+func TestNameRecords(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, Header{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := goldenEvents()
+	if err := w.WriteName(7, "train"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range evs {
+		if err := w.Write(&evs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			if err := w.WriteName(100, "a-very-long-process-name"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Name(7); ok {
+		t.Error("name known before its record was read")
+	}
+	var ev Event
+	var n int
+	for ; ; n++ {
+		err := r.Read(&ev)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev != evs[n] {
+			t.Errorf("event %d: got %+v, want %+v", n, ev, evs[n])
+		}
+		if name, ok := r.Name(7); !ok || name != "train" {
+			t.Errorf("after event %d: Name(7) = %q, %v", n, name, ok)
+		}
+	}
+	if n != len(evs) {
+		t.Errorf("read %d events, want %d (name records are not events)", n, len(evs))
+	}
+	if name, _ := r.Name(100); name != "a-very-long-pr"+"o" {
+		t.Errorf("Name(100) = %q, want the kernel's 15 bytes", name)
+	}
+	if err := w.WriteName(1, "x"); !errors.Is(err, ErrWriterClosed) {
+		t.Errorf("WriteName after Close = %v", err)
 	}
 }
 
@@ -330,6 +390,14 @@ func FuzzReader(f *testing.F) {
 	f.Add(encode(f, Header{Created: time.Unix(1, 2)}, sampleEvents()))
 	f.Add(encode(f, Header{}, nil))
 	f.Add([]byte(Magic))
+	var named bytes.Buffer
+	if w, err := NewWriter(&named, Header{}); err == nil {
+		w.WriteName(42, "python3")
+		evs := goldenEvents()
+		w.Write(&evs[1])
+		w.Close()
+	}
+	f.Add(named.Bytes())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := NewReader(bytes.NewReader(data))
 		if err != nil {

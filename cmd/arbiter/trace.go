@@ -133,6 +133,10 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 			return fmt.Errorf("replay %s: %w", o.replay, err)
 		}
 		src, replayFile = &fileSource{r: r, f: f}, o.replay
+		filter.lookup = func(pid uint32) string {
+			name, _ := r.Name(pid)
+			return name
+		}
 	} else {
 		have := o.haveCaps
 		if have == nil {
@@ -152,10 +156,11 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 			return fmt.Errorf("start tracing: %w", err)
 		}
 		src = tracer
-		filter.procRoot = o.procRoot
-		if filter.procRoot == "" {
-			filter.procRoot = "/proc"
+		procRoot := o.procRoot
+		if procRoot == "" {
+			procRoot = "/proc"
 		}
+		filter.lookup, filter.cacheMisses = traceComm(procRoot), true
 		printLibraries(stderr, tracer.Stats())
 	}
 
@@ -249,7 +254,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 			}
 		}
 		if rec != nil {
-			if err := rec.w.Write(&ev); err != nil {
+			if err := rec.write(&ev, comm); err != nil {
 				readErr = fmt.Errorf("record %s: %w", o.record, err)
 				break
 			}
@@ -285,6 +290,26 @@ type recorder struct {
 	f    *os.File
 	w    *trace.Writer
 	path string
+	// named are the processes whose name the file already holds.
+	named map[uint32]bool
+}
+
+// write records ev, preceded by a name record for a process first seen
+// without its exec event (it was running before the recording started),
+// so that a replay can show and filter it by name.
+func (r *recorder) write(ev *trace.Event, comm string) error {
+	switch {
+	case ev.Kind == trace.KindExec:
+		r.named[ev.PID] = true
+	case ev.Kind == trace.KindExit:
+		delete(r.named, ev.PID)
+	case comm != "" && !r.named[ev.PID]:
+		if err := r.w.WriteName(ev.PID, comm); err != nil {
+			return err
+		}
+		r.named[ev.PID] = true
+	}
+	return r.w.Write(ev)
 }
 
 func newRecorder(path string, args []string) (*recorder, error) {
@@ -305,7 +330,7 @@ func newRecorder(path string, args []string) (*recorder, error) {
 		f.Close()
 		return nil, fmt.Errorf("record %s: %w", path, err)
 	}
-	return &recorder{f: f, w: w, path: path}, nil
+	return &recorder{f: f, w: w, path: path, named: map[uint32]bool{}}, nil
 }
 
 func (r *recorder) close() error {

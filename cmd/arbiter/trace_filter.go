@@ -19,11 +19,14 @@ type eventFilter struct {
 	pids    map[uint32]bool
 	cgroups map[uint64]bool
 	comms   map[string]bool
-	// procRoot is where live process names are read (/proc/PID/comm) for
-	// processes whose exec was not seen; empty for a replay.
-	procRoot string
+	// lookup names a process whose exec was not seen: /proc/PID/comm when
+	// live, the file's name records in a replay; nil: names only from exec.
+	lookup func(pid uint32) string
+	// cacheMisses remembers failed lookups (procfs: one read per unknown
+	// process, not one per event).
 	// names caches each process's name: from its exec event, else procfs.
-	names map[uint32]string
+	names       map[uint32]string
+	cacheMisses bool
 }
 
 // taskCommLen is the kernel's TASK_COMM_LEN: names are cut to 15 bytes.
@@ -108,15 +111,24 @@ func (f *eventFilter) name(ev *trace.Event) string {
 		return c
 	}
 	var c string
-	if f.procRoot != "" {
-		if b, err := os.ReadFile(filepath.Join(f.procRoot, strconv.FormatUint(uint64(ev.PID), 10), "comm")); err == nil {
-			c = strings.TrimSuffix(string(b), "\n")
-		}
+	if f.lookup != nil {
+		c = f.lookup(ev.PID)
 	}
-	// Remember misses too, so an unknown process costs one read, not one
-	// per event.
-	f.names[ev.PID] = c
+	if c != "" || f.cacheMisses {
+		f.names[ev.PID] = c
+	}
 	return c
+}
+
+// traceComm returns a lookup of live process names in procRoot/PID/comm.
+func traceComm(procRoot string) func(uint32) string {
+	return func(pid uint32) string {
+		b, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "comm"))
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSuffix(string(b), "\n")
+	}
 }
 
 // resolveCgroup turns a --cgroup value into a cgroup v2 id: a number is

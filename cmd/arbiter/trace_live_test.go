@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,8 +31,9 @@ func TestTraceLive(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 
 	pid := infer.Process.Pid
+	rec := filepath.Join(t.TempDir(), "live.arbt")
 	o := &traceOptions{format: "json", pids: []uint32{uint32(pid)}, libs: []string{b.Lib},
-		duration: 1500 * time.Millisecond, idleGap: trace.DefaultIdleGap}
+		duration: 1500 * time.Millisecond, idleGap: trace.DefaultIdleGap, record: rec}
 	var stdout, stderr bytes.Buffer
 	if err := runTrace(context.Background(), o, &stdout, &stderr, nil); err != nil {
 		t.Fatalf("trace: %v\n%s", err, stderr.String())
@@ -89,5 +91,15 @@ func TestTraceLive(t *testing.T) {
 	}
 	if !strings.Contains(sum, " 0 dropped") {
 		t.Errorf("drops reported:\n%s", sum)
+	}
+
+	// The recording replays the same events, by name too: infer was
+	// running before the trace, so its name comes from a name record.
+	replayed, _, err := runCmd(t, "trace", "--replay", rec, "--format", "json", "--comm", "infer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replayed != stdout.String() {
+		t.Errorf("replay differs from the live output:\n%.2000s\nlive:\n%.2000s", replayed, stdout.String())
 	}
 }

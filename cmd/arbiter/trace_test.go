@@ -346,6 +346,48 @@ func TestTraceRecordThenReplay(t *testing.T) {
 	}
 }
 
+func TestTraceReplayNameRecords(t *testing.T) {
+	// A recording of a process already running holds its name in a name
+	// record: the replay shows it and --comm matches it.
+	path := filepath.Join(t.TempDir(), "named.arbt")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := trace.NewWriter(f, trace.Header{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := replayEvents()
+	for i := range evs {
+		if evs[i].PID == 200 && evs[i].Kind == trace.KindLaunch {
+			if err := w.WriteName(200, "train"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Write(&evs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	stdout, stderr, err := runCmd(t, "trace", "--replay", path, "--comm", "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `    0.001030 200/201       train           launch cuLaunchKernel fn=0xbee stream=0x66 grid=1024x1x1 block=512x1x1 smem=49152
+    0.012000 200/200       train           sync   cuEventRecord handle=0xe0 other=0x66 took=3µs result=CUDA_ERROR_INVALID_HANDLE
+`
+	if stdout != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", stdout, want)
+	}
+	if !strings.Contains(stderr, "  200  train ") {
+		t.Errorf("summary lacks the name:\n%s", stderr)
+	}
+}
+
 func TestTraceFlagErrors(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
