@@ -17,6 +17,7 @@ import (
 
 // attachedLibrary is one library file and its probe links.
 type attachedLibrary struct {
+	seq     uint64 // attach order, for detaching in reverse
 	cand    candidate
 	probes  []Probe
 	missing []string

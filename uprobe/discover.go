@@ -20,6 +20,9 @@ var defaultSearchDirs = []string{
 	"/usr/local/nvidia/lib64", "/usr/local/cuda/compat",
 }
 
+// sourceExtra marks a candidate named in Options.Libraries.
+const sourceExtra = "Options.Libraries"
+
 // fileID identifies a library file independently of the path it is reached
 // through.
 type fileID struct{ dev, ino uint64 }
@@ -45,8 +48,9 @@ func isLibcuda(path string) bool {
 // mount namespaces are found, or /proc/PID/map_files for deleted ones).
 // Files are de-duplicated by (device, inode); the first path found wins. Errors about single entries (a process
 // that exited mid-scan) are ignored; an extra path that cannot be read is
-// reported.
-func discover(o *Options) ([]candidate, error) {
+// reported: as the first error when it is an extra path, as the second
+// (the scan went on without it) otherwise.
+func discover(o *Options) (cands []candidate, explicit, other error) {
 	seen := map[fileID]bool{}
 	var out []candidate
 	add := func(path, source string) error {
@@ -64,9 +68,9 @@ func discover(o *Options) ([]candidate, error) {
 		}
 		return nil
 	}
-	var errs []error
+	var errs, warns []error
 	for _, p := range o.Libraries {
-		if err := add(p, "Options.Libraries"); err != nil {
+		if err := add(p, sourceExtra); err != nil {
 			errs = append(errs, fmt.Errorf("library %s: %w", p, err))
 		}
 	}
@@ -74,7 +78,7 @@ func discover(o *Options) ([]candidate, error) {
 		if data, err := os.ReadFile(o.LdCache); err == nil {
 			entries, err := parseLdCache(data)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", o.LdCache, err))
+				warns = append(warns, fmt.Errorf("%s: %w", o.LdCache, err))
 			}
 			for _, e := range entries {
 				if isLibcuda(e[0]) {
@@ -95,7 +99,7 @@ func discover(o *Options) ([]candidate, error) {
 			out = append(out, c)
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, errors.Join(errs...), errors.Join(warns...)
 }
 
 // mappingCandidate returns the path through which a mapped file is opened:

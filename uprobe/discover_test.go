@@ -243,9 +243,9 @@ func TestDiscover(t *testing.T) {
 	maps("300", "/gone/libcuda.so.1", stat(deletedFile), " (deleted)")
 
 	o := &Options{Libraries: []string{extra}, ProcRoot: proc, LdCache: cache, SearchDirs: []string{filepath.Join(dir, "search"), filepath.Join(dir, "absent")}}
-	got, err := discover(o)
-	if err != nil {
-		t.Fatal(err)
+	got, err, warn := discover(o)
+	if err != nil || warn != nil {
+		t.Fatal(err, warn)
 	}
 	// The search directory's symlink names the same file first (sorted);
 	// mappings come in path order.
@@ -263,7 +263,18 @@ func TestDiscover(t *testing.T) {
 	}
 
 	o.Libraries = []string{filepath.Join(dir, "nope.so")}
-	if _, err := discover(o); err == nil || !strings.Contains(err.Error(), "nope.so") {
+	if _, err, _ := discover(o); err == nil || !strings.Contains(err.Error(), "nope.so") {
 		t.Errorf("missing extra library: %v", err)
+	}
+	// A corrupt cache is reported apart, and the scan goes on (only the
+	// cached entry is lost: the extra one is still mapped by pid 101).
+	o.Libraries = nil
+	if err := os.WriteFile(cache, []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err, warn = discover(o)
+	var le *LdCacheError
+	if err != nil || !errors.As(warn, &le) || len(got) != len(want)-1 {
+		t.Errorf("corrupt cache: %d found, err %v, warning %v", len(got), err, warn)
 	}
 }

@@ -1,6 +1,7 @@
 package uprobe
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -110,7 +111,9 @@ type Stats struct {
 	DecodeErrors uint64
 	// Libraries are the libcuda files currently attached.
 	Libraries []Library
-	// ScanError is the last periodic rescan's error, empty if it succeeded.
+	// ScanError is the last rescan's trouble that did not stop it (an
+	// unreadable ld.so.cache, a failed detach, an extra library path gone),
+	// empty if there was none.
 	ScanError string
 }
 
@@ -163,9 +166,11 @@ type Tracer struct {
 	events       atomic.Uint64
 	decodeErrors atomic.Uint64
 
-	mu        sync.Mutex // guards libraries and scanErr
+	mu        sync.Mutex // guards libraries, scanErr and closed
 	libraries map[fileID]*attachedLibrary
 	scanErr   error
+	closed    bool   // no attaching once set
+	seq       uint64 // attach order of libraries
 
 	closeOnce sync.Once
 	closeErr  error
@@ -298,10 +303,12 @@ func (t *Tracer) Close() error {
 		}
 		t.wg.Wait()
 		t.mu.Lock()
+		t.closed = true
 		libs := make([]*attachedLibrary, 0, len(t.libraries))
 		for _, l := range t.libraries {
 			libs = append(libs, l)
 		}
+		slices.SortFunc(libs, func(a, b *attachedLibrary) int { return cmp.Compare(a.seq, b.seq) })
 		t.libraries = map[fileID]*attachedLibrary{}
 		t.mu.Unlock()
 		for _, l := range slices.Backward(libs) {
@@ -330,16 +337,19 @@ func (t *Tracer) drops() uint64 {
 }
 
 // rescan attaches newly discovered library files and detaches vanished
-// ones.
+// ones. It returns the errors about Options.Libraries paths; the others
+// (an unreadable ld.so.cache, a failed detach) go to Stats.ScanError, and a
+// discovered file that cannot be attached is listed with its error.
 func (t *Tracer) rescan() error {
-	cands, err := discover(&t.opts)
+	cands, explicit, other := discover(&t.opts)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	present := map[fileID]bool{}
-	var errs []error
-	if err != nil {
-		errs = append(errs, err)
+	if t.closed {
+		return ErrClosed
 	}
+	present := map[fileID]bool{}
+	errs := []error{explicit}
+	warns := []error{other}
 	for _, c := range cands {
 		present[c.id] = true
 		if _, ok := t.libraries[c.id]; ok {
@@ -350,18 +360,21 @@ func (t *Tracer) rescan() error {
 			// Remembered (Stats shows why) so it is not retried each scan;
 			// a replaced file has a new inode and is tried afresh.
 			l = &attachedLibrary{cand: c, err: err}
-			if c.source == "Options.Libraries" {
+			if c.source == sourceExtra {
 				errs = append(errs, err)
 			}
 		}
+		t.seq++
+		l.seq = t.seq
 		t.libraries[c.id] = l
 	}
 	for id, l := range t.libraries {
 		if !present[id] {
-			errs = append(errs, l.close())
+			warns = append(warns, l.close())
 			delete(t.libraries, id)
 		}
 	}
+	t.scanErr = errors.Join(warns...)
 	return errors.Join(errs...)
 }
 
@@ -380,10 +393,11 @@ func (t *Tracer) rescanLoop() {
 		case <-t.done:
 			return
 		case <-tick.C:
-			err := t.rescan()
-			t.mu.Lock()
-			t.scanErr = err
-			t.mu.Unlock()
+			if err := t.rescan(); err != nil && !errors.Is(err, ErrClosed) {
+				t.mu.Lock()
+				t.scanErr = errors.Join(t.scanErr, err)
+				t.mu.Unlock()
+			}
 		case pid := <-t.execs:
 			if len(pending) == 0 {
 				soon.Reset(execScanDelay)
@@ -414,6 +428,9 @@ func (t *Tracer) scanProcess(pid uint32) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
 	for _, c := range cands {
 		if _, ok := t.libraries[c.id]; ok {
 			continue

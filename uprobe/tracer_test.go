@@ -143,8 +143,10 @@ func TestSyncDurationAndResult(t *testing.T) {
 		if ev.Sync.Handle != w.handle || ev.Sync.Other != w.other || ev.Sync.Result != w.result {
 			t.Errorf("event %d %v: sync %+v, want handle %#x other %#x result %d", i, ev.Func, ev.Sync, w.handle, w.other, w.result)
 		}
-		if ev.Sync.Duration < w.minDur || ev.Sync.Duration > 10*ns {
-			t.Errorf("event %d %v: duration %d ns, want in [%d, %d]", i, ev.Func, ev.Sync.Duration, w.minDur, 10*ns)
+		// The upper bound only catches garbage (a shared machine may
+		// deschedule the workload for tens of ms).
+		if maxDur := uint64(2e9); ev.Sync.Duration < w.minDur || ev.Sync.Duration > maxDur {
+			t.Errorf("event %d %v: duration %d ns, want in [%d, %d]", i, ev.Func, ev.Sync.Duration, w.minDur, maxDur)
 		}
 		if i > 0 && ev.Time < got[i-1].Time {
 			t.Errorf("event %d: entry time %d before the previous call's %d", i, ev.Time, got[i-1].Time)
@@ -304,8 +306,8 @@ func TestDropsAndOverhead(t *testing.T) {
 	if l := p.line(t); l != "ready" {
 		t.Fatalf("exerciser said %q", l)
 	}
-	const n, reps = 4000, 5
-	base := p.medianPerCall(t, n, reps)
+	const n, reps = 2000, 9
+	base := p.bestPerCall(t, n, reps)
 
 	o := r.options()
 	o.PIDs = []uint32{p.pid}
@@ -332,7 +334,7 @@ func TestDropsAndOverhead(t *testing.T) {
 			count++
 		}
 	}()
-	probed := p.medianPerCall(t, n, reps)
+	probed := p.bestPerCall(t, n, reps)
 	time.Sleep(50 * time.Millisecond)
 	// The consumer may be blocked in Read; the next call wakes it.
 	go func() { pause <- struct{}{} }()
@@ -345,7 +347,7 @@ func TestDropsAndOverhead(t *testing.T) {
 		p.perCall(t, n)
 		issued += n
 	}
-	dropping := p.medianPerCall(t, n, reps)
+	dropping := p.bestPerCall(t, n, reps)
 	issued += n * reps
 	drops := tr.Stats().Drops
 	close(resume)
@@ -365,7 +367,7 @@ func TestDropsAndOverhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAfter := <-read
-	after := p.medianPerCall(t, n, reps)
+	after := p.bestPerCall(t, n, reps)
 	t.Logf("ns/call: unprobed %.0f, probed %.0f, dropping %.0f, after Close %.0f; issued %d, read %d, drops %d",
 		base, probed, dropping, after, issued, readAfter, s.Drops)
 
@@ -528,12 +530,12 @@ func TestPIDFilterSparesOthers(t *testing.T) {
 		}
 	}
 	const n, reps = 2000, 5
-	base := other.medianPerCall(t, n, reps)
+	base := other.bestPerCall(t, n, reps)
 	o := r.options()
 	o.PIDs = []uint32{listed.pid}
 	tr := openTracer(t, o)
-	probed := listed.medianPerCall(t, n, reps)
-	spared := other.medianPerCall(t, n, reps)
+	probed := listed.bestPerCall(t, n, reps)
+	spared := other.bestPerCall(t, n, reps)
 	t.Logf("ns/call: unprobed %.0f, listed %.0f, unlisted %.0f", base, probed, spared)
 	if probed < base+500 {
 		t.Errorf("listed process %.0f ns/call vs %.0f unprobed: not probed", probed, base)
