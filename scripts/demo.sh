@@ -74,7 +74,7 @@ cat "$workdir/summary"
 "${sudo[@]}" chown "$(id -u):$(id -g)" "$rec"
 
 bold "The recording replays without privileges; one sync as JSON:"
-"$arbiter" trace --replay "$rec" --format json --pid "${pids[0]}" 2>/dev/null |
+"$arbiter" trace --replay "$rec" --format json --comm infer 2>/dev/null |
 	awk '/"kind":"sync"/ && !done { print; done = 1 }'
 
 bold "Stopping the workloads (they report what they saw themselves):"

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -177,6 +179,12 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 		}()
 	}
 
+	// A reader that goes away (`arbiter trace | head`) ends the trace
+	// like Ctrl-C: with EPIPE instead of death by SIGPIPE, the probes are
+	// detached, the recording closed and the summary printed.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	out := newLineWriter(stdout)
 	defer out.stop()
 	var printer eventPrinter
@@ -249,7 +257,9 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 		sum.Add(&ev)
 		if printer != nil {
 			if err := printer.print(&ev, first, comm); err != nil {
-				readErr = fmt.Errorf("write events: %w", err)
+				if !errors.Is(err, syscall.EPIPE) {
+					readErr = fmt.Errorf("write events: %w", err)
+				}
 				break
 			}
 		}
@@ -263,7 +273,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 	close(done)
 	wg.Wait()
 	stop()
-	if err := out.stop(); err != nil && readErr == nil {
+	if err := out.stop(); err != nil && readErr == nil && !errors.Is(err, syscall.EPIPE) {
 		readErr = fmt.Errorf("write events: %w", err)
 	}
 	printSummary(stderr, sum, stats.Load(), time.Duration(wall.Load()))

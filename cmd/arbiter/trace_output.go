@@ -192,6 +192,7 @@ func (p *jsonPrinter) print(ev *trace.Event, _ uint64, comm string) error {
 type lineWriter struct {
 	mu      sync.Mutex
 	bw      *bufio.Writer
+	err     error // the first failed flush, returned by later writes
 	done    chan struct{}
 	once    sync.Once
 	stopErr error
@@ -211,7 +212,9 @@ func newLineWriter(w io.Writer) *lineWriter {
 				return
 			case <-t.C:
 				lw.mu.Lock()
-				lw.bw.Flush()
+				if err := lw.bw.Flush(); err != nil && lw.err == nil {
+					lw.err = err
+				}
 				lw.mu.Unlock()
 			}
 		}
@@ -222,6 +225,9 @@ func newLineWriter(w io.Writer) *lineWriter {
 func (lw *lineWriter) Write(p []byte) (int, error) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
+	if lw.err != nil {
+		return 0, lw.err
+	}
 	return lw.bw.Write(p)
 }
 
