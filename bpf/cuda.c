@@ -409,8 +409,11 @@ int tracepoint_exit(void *ctx)
 	// One event per process: when its last thread exits.
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
-	if (!traced(pid_tgid >> 32, cgroup))
+	__u32 tgid = pid_tgid >> 32;
+	if (!traced(tgid, cgroup))
 		return 0;
+	// The process is gone: a later one that reuses its pid is not listed.
+	bpf_map_delete_elem(&filter_tgids, &tgid);
 	struct event *e = reserve(pid_tgid, cgroup, KIND_EXIT, 0);
 	if (!e)
 		return 0;

@@ -7,9 +7,14 @@
 // de-duplicated by device and inode; it resolves each probed symbol's
 // default version from .dynsym, chooses an attach offset the kernel can
 // emulate rather than single-step, and attaches the programs of package bpf
-// to every variant the library exports. A periodic rescan attaches library
-// files that appear later (a new container, a driver upgrade) and detaches
-// those that vanish.
+// to every variant the library exports: one uprobe_multi link per program
+// (kernel 6.6+), else one perf-event uprobe per site. With a PID list the
+// breakpoints are installed in those processes only, so unlisted processes
+// pay nothing. A periodic rescan, and a look at each process right after
+// its exec, attach library files that appear later (a new container, a
+// driver upgrade) and the rescan detaches those that vanish. GNU indirect
+// functions (IFUNC) are listed as missing rather than probed at their
+// resolver.
 //
 // One goroutine drains the ring buffer, polling with a short deadline
 // because the probes wake it only past a fill threshold, and decodes the

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/gpu-arbiter/arbiter/internal/testenv"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
@@ -554,6 +556,10 @@ func TestPIDFilterSparesOthers(t *testing.T) {
 		}
 		return ev.PID == listed.pid && ev.Kind == trace.KindExit
 	})
+	var v uint8
+	if err := tr.objs.maps.FilterTgids.Lookup(listed.pid, &v); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("pid %d still in the filter after its exit: %v", listed.pid, err)
+	}
 	if launches != n*reps || others != 0 {
 		t.Errorf("%d launches from the listed process (want %d), %d events from the other", launches, n*reps, others)
 	}
