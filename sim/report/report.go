@@ -29,15 +29,15 @@ type Report struct {
 
 // Model records the GPU model parameters the run used.
 type Model struct {
-	TimesliceNS     uint64  `json:"timeslice_ns"`
-	ContextSwitchNS uint64  `json:"context_switch_ns"`
-	PreemptionNS    uint64  `json:"preemption_ns"`
-	Granularity     string  `json:"granularity"`
-	BlockDrainNS    uint64  `json:"block_drain_ns"`
-	SpatialSlowdown float64 `json:"spatial_slowdown"`
-	CopyBandwidth   float64 `json:"copy_bandwidth"`
-	CopyLatencyNS   uint64  `json:"copy_latency_ns"`
-	ControlLatency  uint64  `json:"control_latency_ns"`
+	TimesliceNS      uint64  `json:"timeslice_ns"`
+	ContextSwitchNS  uint64  `json:"context_switch_ns"`
+	PreemptionNS     uint64  `json:"preemption_ns"`
+	Granularity      string  `json:"granularity"`
+	BlockDrainNS     uint64  `json:"block_drain_ns"`
+	SpatialSlowdown  float64 `json:"spatial_slowdown"`
+	CopyBandwidth    float64 `json:"copy_bandwidth"`
+	CopyLatencyNS    uint64  `json:"copy_latency_ns"`
+	ControlLatencyNS uint64  `json:"control_latency_ns"`
 }
 
 // ModelOf records resolved simulator options.
@@ -45,7 +45,7 @@ func ModelOf(o *sim.Options) Model {
 	return Model{
 		TimesliceNS: uint64(o.Timeslice), ContextSwitchNS: uint64(o.ContextSwitch), PreemptionNS: uint64(o.Preemption),
 		Granularity: o.Granularity.String(), BlockDrainNS: uint64(o.BlockDrain), SpatialSlowdown: o.SpatialSlowdown,
-		CopyBandwidth: o.CopyBandwidth, CopyLatencyNS: uint64(o.CopyLatency), ControlLatency: uint64(o.ControlLatency),
+		CopyBandwidth: o.CopyBandwidth, CopyLatencyNS: uint64(o.CopyLatency), ControlLatencyNS: uint64(o.ControlLatency),
 	}
 }
 
