@@ -52,13 +52,7 @@ func BuildAt(dir string) (*Build, error) {
 	if err != nil {
 		return nil, fmt.Errorf("build stub driver: %w", err)
 	}
-	b := &Build{
-		Dir:     dir,
-		Lib:     filepath.Join(dir, "libcuda.so.1"),
-		Include: filepath.Join(dir, "include"),
-		Infer:   filepath.Join(dir, "infer"),
-		Train:   filepath.Join(dir, "train"),
-	}
+	b := layout(dir)
 	src := filepath.Join(dir, "src")
 	for _, d := range []string{src, filepath.Join(b.Include, "cudastub")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -100,6 +94,17 @@ func BuildAt(dir string) (*Build, error) {
 		}
 	}
 	return b, nil
+}
+
+// layout returns the paths of a build in dir.
+func layout(dir string) *Build {
+	return &Build{
+		Dir:     dir,
+		Lib:     filepath.Join(dir, "libcuda.so.1"),
+		Include: filepath.Join(dir, "include"),
+		Infer:   filepath.Join(dir, "infer"),
+		Train:   filepath.Join(dir, "train"),
+	}
 }
 
 // CompileProgram compiles the C program src into out against the stub: the

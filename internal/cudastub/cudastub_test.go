@@ -349,3 +349,47 @@ func TestBuildAtIsRelocatable(t *testing.T) {
 		t.Fatalf("moved train: %v\n%s", err, out)
 	}
 }
+
+func TestCachedBuild(t *testing.T) {
+	parent := t.TempDir()
+	b1, err := cachedBuild(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(b1.Lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := cachedBuild(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi2, err := os.Stat(b2.Lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b1.Dir != b2.Dir || !fi.ModTime().Equal(fi2.ModTime()) {
+		t.Errorf("second call rebuilt: %s %v vs %s %v", b1.Dir, fi.ModTime(), b2.Dir, fi2.ModTime())
+	}
+	// A cache directory others can write to is not trusted.
+	if err := os.Chmod(b1.Dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := existing(b1.Dir); ok {
+		t.Error("a world-writable cache directory was trusted")
+	}
+	// Nor an incomplete one.
+	if err := os.Chmod(b1.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(b1.Train); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := existing(b1.Dir); ok {
+		t.Error("an incomplete build was trusted")
+	}
+	entries, _ := os.ReadDir(parent)
+	if len(entries) != 1 {
+		t.Errorf("%d entries left in the cache parent, want 1", len(entries))
+	}
+}
