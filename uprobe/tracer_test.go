@@ -399,6 +399,14 @@ func TestDropsAndOverhead(t *testing.T) {
 // ErrClosed, that Close is idempotent and that Read keeps failing after.
 func TestCloseUnblocksRead(t *testing.T) {
 	r := newRig(t)
+	// Warm cilium/ebpf's cached feature probes and kernel BTF so that their
+	// descriptors do not count as leaked.
+	warm, err := Open(r.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	fds := openFDs(t)
 	start := time.Now()
 	tr, err := Open(r.options())
 	if err != nil {
@@ -440,6 +448,17 @@ func TestCloseUnblocksRead(t *testing.T) {
 	if len(tr.Stats().Libraries) != 0 {
 		t.Error("libraries still listed after Close")
 	}
+	if after := openFDs(t); after != fds {
+		t.Errorf("%d file descriptors open before Open, %d after Close", fds, after)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
 
 // TestOpenErrors checks option validation and a bad explicit library.
