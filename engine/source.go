@@ -28,9 +28,9 @@ var ErrDeadline = errors.New("read deadline reached")
 //     called from different goroutines; Read itself is called from one
 //     goroutine at a time.
 //
-// uprobe.Tracer and trace.Reader-based replays satisfy this interface as they
-// are (a replay whose Close is a no-op); the simulator implements it on
-// virtual time.
+// uprobe.Tracer satisfies this interface as it is (pinned by a test); a
+// trace.Reader needs only a Close that does nothing; the simulator
+// implements it on virtual time.
 type Source interface {
 	Read(ev *trace.Event) error
 	Close() error
