@@ -189,13 +189,17 @@ func TestVersionedDuplicate(t *testing.T) {
 // and captured; and detached once no process maps it any more.
 func TestRescanCopy(t *testing.T) {
 	r := newRig(t)
+	dir := t.TempDir()
+	copyLib(t, r.stub.Lib, filepath.Join(dir, "libcuda.so.1"))
+	// Started before Open (no exec event) but shown to discovery only after
+	// it, so that only the periodic rescan can find the copy.
+	p := r.start(t, []string{"LD_LIBRARY_PATH=" + dir}, true, "calls", "300")
 	o := r.options()
 	o.RescanInterval = 100 * time.Millisecond
 	tr := openTracer(t, o)
-
-	dir := t.TempDir()
-	copyLib(t, r.stub.Lib, filepath.Join(dir, "libcuda.so.1"))
-	p := r.start(t, []string{"LD_LIBRARY_PATH=" + dir}, true, "calls", "300")
+	if n := len(tr.Stats().Libraries); n != 1 {
+		t.Fatalf("%d libraries before the process is shown", n)
+	}
 	r.expose(t, int(p.pid))
 	lib := waitLibrary(t, tr, func(l Library) bool { return strings.HasPrefix(l.Path, dir) }, true)
 	if len(lib.Attached) != len(trace.Funcs()) {
