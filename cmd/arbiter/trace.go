@@ -61,7 +61,15 @@ the applications. It needs CAP_BPF and CAP_PERFMON (or root).
 
 --replay reads a file written by --record instead and needs no privileges.
 Filters: --pid and --cgroup select processes (either matches; applied in the
-kernel when live), --comm selects by process name on top of them.
+kernel when live), --comm selects by process name (the kernel's first 15
+bytes) on top of them.
+
+Text lines show seconds since the first event, PID/TID, the process name,
+the kind, the driver function and its arguments. JSON lines carry the same
+with stable field names: time_ns (CLOCK_MONOTONIC), kind, func, pid, tid,
+cgroup, comm, and per kind function/stream/grid/block/shared_mem,
+dir/bytes/device/host, handle/other/duration_ns/result/result_name,
+ppid/exit_code; handles and pointers are hex strings.
 
 On exit (Ctrl-C, SIGTERM, --duration, end of a replay) it prints a summary per
 process on stderr: launches, launches/s, copies, requests seen (busy periods
