@@ -1,0 +1,166 @@
+package workload
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/sim"
+)
+
+func opString(op sim.Op) string {
+	switch op.Kind {
+	case sim.OpKernel:
+		return fmt.Sprintf("k%d", op.Dur/1000)
+	case sim.OpCopy:
+		return fmt.Sprintf("c%d/%v", op.Bytes, op.Dir)
+	case sim.OpSleep:
+		return fmt.Sprintf("s%d", op.Dur/1000)
+	case sim.OpWaitUntil:
+		return fmt.Sprintf("w%d", op.At/1000)
+	case sim.OpBegin:
+		return fmt.Sprintf("b%d", op.At/1000)
+	}
+	return opName(op)
+}
+
+func TestLCProgramSteps(t *testing.T) {
+	spec := `
+gpus: 1
+lc:
+  - name: a
+    gpu: 0
+    arrival: {process: periodic, rate: 1000}
+    request:
+      - copy: {dir: h2d, bytes: 10}
+      - kernel: {count: 2, duration: 5us, sync_each: true}
+      - host: {duration: 7us}
+      - kernel: {duration: 3us}
+      - sync: {}
+      - copy: {dir: d2h, bytes: 20}
+`
+	f, err := Parse([]byte(spec), "a.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := f.Workloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ws[0].Program(1, uint64(2500*time.Microsecond))
+	var got []string
+	// The host is ready at 0, at 1.5 ms (late: the 1 ms arrival waited)
+	// and then asks again at 3 ms, past the horizon.
+	for _, now := range []uint64{0, 1500_000, 3000_000} {
+		for {
+			op, err := p.Next(now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, opString(op))
+			if op.Kind == sim.OpEnd || op.Kind == sim.OpWaitUntil || op.Kind == sim.OpStop {
+				break
+			}
+		}
+	}
+	req := "c10/htod k5 sync k5 sync s7 k3 sync c20/dtoh end"
+	want := "b0 " + req + " b1000 " + req + " b2000 " + req
+	if s := strings.Join(got, " "); !strings.HasPrefix(s, want) {
+		t.Errorf("ops\n got %s\nwant %s ...", s, want)
+	}
+}
+
+func TestArrivalsIndependentOfService(t *testing.T) {
+	spec := "gpus: 1\nlc:\n  - name: a\n    gpu: 0\n    arrival: {process: lognormal, rate: 500, sigma: 1.5}\n    request:\n      - kernel: {duration: {dist: exp, mean: 100us}}\n"
+	f, err := Parse([]byte(spec), "a.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := f.Workloads()
+	// Two hosts that poll at different times see the same arrivals and
+	// the same kernel durations in the same order.
+	collect := func(step uint64) (arrivals, kernels []uint64) {
+		p := ws[0].Program(42, uint64(time.Second))
+		for now := uint64(0); len(arrivals) < 200; now += step {
+			for {
+				op, err := p.Next(now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if op.Kind == sim.OpBegin {
+					arrivals = append(arrivals, op.At)
+				}
+				if op.Kind == sim.OpKernel {
+					kernels = append(kernels, op.Dur)
+				}
+				if op.Kind == sim.OpWaitUntil || op.Kind == sim.OpStop {
+					break
+				}
+			}
+		}
+		return
+	}
+	a1, k1 := collect(100_000)
+	a2, k2 := collect(3_000_000)
+	for i := 0; i < 200; i++ {
+		if a1[i] != a2[i] || k1[i] != k2[i] {
+			t.Fatalf("request %d: arrival %d vs %d, kernel %d vs %d", i, a1[i], a2[i], k1[i], k2[i])
+		}
+	}
+	// Mean inter-arrival close to 1/rate = 2 ms.
+	if mean := float64(a1[199]-a1[0]) / 199; mean < 1e6 || mean > 4e6 {
+		t.Errorf("mean inter-arrival %.0f ns, want about 2 ms", mean)
+	}
+}
+
+func TestBEProgram(t *testing.T) {
+	spec := "gpus: 1\nbe:\n  - {name: b, gpu: 0, kernel: 2ms, sync_every: 3, host_gap: 50us}\n"
+	f, err := Parse([]byte(spec), "b.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := f.Workloads()
+	p := ws[0].Program(1, 0)
+	var got []string
+	for range 10 {
+		op, _ := p.Next(0)
+		got = append(got, opString(op))
+	}
+	if s := strings.Join(got, " "); s != "k2000 k2000 k2000 sync s50 k2000 k2000 k2000 sync s50" {
+		t.Errorf("got %s", s)
+	}
+}
+
+func TestSamplers(t *testing.T) {
+	cases := []struct {
+		d        Dist
+		lo, hi   float64 // bounds on the sample mean (µs)
+		min, max uint64  // bounds on every sample (ns)
+	}{
+		{Dist{Dist: "const", Mean: Duration(100 * time.Microsecond)}, 100, 100, 100_000, 100_000},
+		{Dist{Dist: "exp", Mean: Duration(100 * time.Microsecond)}, 95, 105, 1, 1 << 62},
+		{Dist{Dist: "lognormal", Mean: Duration(100 * time.Microsecond), CV: 0.5}, 97, 103, 1, 1 << 62},
+		{Dist{Dist: "uniform", Min: Duration(50 * time.Microsecond), Max: Duration(150 * time.Microsecond)}, 99, 101, 50_000, 150_000},
+		{Dist{Dist: "exp", Mean: Duration(100 * time.Microsecond), Min: Duration(80 * time.Microsecond), Max: Duration(120 * time.Microsecond)}, 80, 120, 80_000, 120_000},
+	}
+	for _, c := range cases {
+		s := newSampler(&c.d)
+		r := newRand(7)
+		var sum float64
+		const n = 50000
+		for range n {
+			v := s.draw(r)
+			if v < c.min || v > c.max {
+				t.Fatalf("%+v: sample %d outside [%d, %d]", c.d, v, c.min, c.max)
+			}
+			sum += float64(v)
+		}
+		if m := sum / n / 1000; m < c.lo || m > c.hi {
+			t.Errorf("%+v: mean %.2f µs, want [%v, %v]", c.d, m, c.lo, c.hi)
+		}
+	}
+}
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0)) }
