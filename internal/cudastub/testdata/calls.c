@@ -1,6 +1,7 @@
 /* calls.c: exercises the stub driver's return codes and timing emulation.
  * Prints one "name result" line per check; the Go test compares them. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <time.h>
@@ -95,6 +96,17 @@ int main(void)
 	t0 = now_ns();
 	SHOW("cuMemcpyHtoD_v2-12MB", cuMemcpyHtoD_v2(d, big, sizeof big));
 	printf("copy-us %llu\n", (unsigned long long)(now_ns() - t0) / 1000);
+
+	/* Both versions of cuStreamSynchronize are callable; a plain lookup
+	 * (and the link above) binds the default. */
+	typedef CUresult (*sync_fn)(CUstream);
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	sync_fn v1 = lib ? (sync_fn)dlvsym(lib, "cuStreamSynchronize", "LIBCUDA_1.0") : NULL;
+	sync_fn v2 = lib ? (sync_fn)dlvsym(lib, "cuStreamSynchronize", "LIBCUDA_2.0") : NULL;
+	sync_fn dflt = lib ? (sync_fn)dlsym(lib, "cuStreamSynchronize") : NULL;
+	printf("versions-distinct %d\n", v1 != NULL && v2 != NULL && v1 != v2);
+	printf("default-is-2.0 %d\n", dflt == v2 && (void *)dflt == (void *)cuStreamSynchronize);
+	SHOW("cuStreamSynchronize@LIBCUDA_1.0", v1 ? v1(s) : -1);
 
 	const char *name;
 	SHOW("cuGetErrorName", cuGetErrorName(CUDA_ERROR_INVALID_HANDLE, &name));
