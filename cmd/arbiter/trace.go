@@ -206,6 +206,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 	var stopped atomic.Bool
 	var stats atomic.Pointer[uprobe.Stats]
 	var wall atomic.Int64
+	var closeErr error // written by stop, read after wg.Wait and stop
 	start := time.Now()
 	stop := func() {
 		if stopped.CompareAndSwap(false, true) {
@@ -214,7 +215,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 				s := tracer.Stats()
 				stats.Store(&s)
 			}
-			src.Close()
+			closeErr = src.Close()
 		}
 	}
 	done := make(chan struct{})
@@ -285,6 +286,9 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 		readErr = fmt.Errorf("write events: %w", err)
 	}
 	printSummary(stderr, sum, stats.Load(), time.Duration(wall.Load()))
+	if tracer != nil && closeErr != nil && readErr == nil {
+		readErr = fmt.Errorf("stop tracing: %w", closeErr)
+	}
 	if readErr != nil {
 		if replayFile != "" {
 			return fmt.Errorf("replay %s: %w", replayFile, readErr)
