@@ -298,6 +298,7 @@ func scriptedController(p scripted.Policy) ControllerFunc {
 // scriptedRunner reports a scripted controller's actions.
 type scriptedRunner struct{ *scripted.Controller }
 
+// Actions implements ActionCounter.
 func (r scriptedRunner) Actions() report.Actions {
 	st := r.Stats()
 	return report.Actions{Events: st.Events, Suspends: st.Suspends, Resumes: st.Resumes,
@@ -326,6 +327,7 @@ type progressSource struct {
 	next uint64
 }
 
+// Read reads from the simulator and reports progress.
 func (p *progressSource) Read(ev *trace.Event) error {
 	err := p.Simulator.Read(ev)
 	if p.cfg.Progress != nil && p.Now() >= p.next {

@@ -25,6 +25,7 @@ type FieldError struct {
 	Msg  string
 }
 
+// Error formats the problem as FILE:LINE: PATH: message.
 func (e *FieldError) Error() string {
 	var b strings.Builder
 	if e.File != "" {
