@@ -359,6 +359,9 @@ func (g *gpu) resume(p *proc, now uint64) {
 func (g *gpu) settle(now uint64) {
 	if g.s.cfg.mode == ModeSpatial {
 		g.spatialAdvance(now)
+		for _, p := range g.running {
+			g.record(SegmentRun, p, p.coSince, now)
+		}
 		return
 	}
 	switch g.state {
@@ -376,8 +379,13 @@ func (g *gpu) settle(now uint64) {
 
 // segment records [segStart, now) in the timeline if it falls in the window.
 func (g *gpu) segment(kind SegmentKind, p *proc, now uint64) {
+	g.record(kind, p, g.segStart, now)
+}
+
+// record adds [start, end) to the timeline if it falls in the window.
+func (g *gpu) record(kind SegmentKind, p *proc, start, end uint64) {
 	s := g.s
-	if g.segStart >= s.cfg.window || now <= g.segStart {
+	if start >= s.cfg.window || end <= start {
 		return
 	}
 	if len(s.timeline) >= s.cfg.maxSegments {
@@ -388,7 +396,7 @@ func (g *gpu) segment(kind SegmentKind, p *proc, now uint64) {
 	if p != nil {
 		pid = p.pid
 	}
-	s.timeline = append(s.timeline, Segment{GPU: g.idx, PID: pid, Kind: kind, Start: g.segStart, End: min(now, s.cfg.window)})
+	s.timeline = append(s.timeline, Segment{GPU: g.idx, PID: pid, Kind: kind, Start: start, End: min(end, s.cfg.window)})
 }
 
 // spatialAdvance progresses every co-running kernel to now.
@@ -421,9 +429,18 @@ func (g *gpu) spatialReplan(now uint64) {
 			g.complete(p, now)
 		}
 	}
+	for _, p := range g.running {
+		if !p.runnable() {
+			g.record(SegmentRun, p, p.coSince, now)
+			p.coRunning = false
+		}
+	}
 	g.running = g.running[:0]
 	for _, p := range g.procs {
 		if p.runnable() {
+			if !p.coRunning {
+				p.coRunning, p.coSince = true, now
+			}
 			g.running = append(g.running, p)
 		}
 	}

@@ -101,6 +101,10 @@ type proc struct {
 	inReq     bool
 	arrival   uint64
 
+	// Spatial mode: co-running since coSince.
+	coRunning bool
+	coSince   uint64
+
 	st  ProcStats
 	lat hist.Histogram
 }

@@ -348,6 +348,8 @@ func TestSpatialUnequal(t *testing.T) {
 	if b := s.Stats().GPUs[0].Busy; b != 2500*us {
 		t.Errorf("busy %d", b)
 	}
+	equalRuns(t, "A", runs(s.Stats(), FirstPID), [][2]uint64{{0, 1500}})
+	equalRuns(t, "B", runs(s.Stats(), FirstPID+1), [][2]uint64{{0, 2500}})
 }
 
 func TestEventBound(t *testing.T) {

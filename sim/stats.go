@@ -72,8 +72,9 @@ type Stats struct {
 	End   uint64
 	Procs []ProcStats
 	GPUs  []GPUStats
-	// Timeline holds the segments within Options.TimelineWindow (in time
-	// order per GPU, except in spatial mode, which records none);
+	// Timeline holds the segments within Options.TimelineWindow: in time
+	// order per GPU, not overlapping, except in spatial mode, where each
+	// process's co-running intervals are recorded and overlap;
 	// TimelineDropped counts segments past MaxTimelineSegments.
 	Timeline        []Segment
 	TimelineDropped uint64

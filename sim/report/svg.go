@@ -134,7 +134,7 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 	fmt.Fprintf(bw, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(bw, `<text x="%d" y="24" font-size="14" font-weight="bold">GPU timeline, first %s</text>`+"\n", 10, dur(window))
 	if len(rows) == 0 || window == 0 {
-		fmt.Fprintf(bw, `<text x="10" y="50">no timeline recorded (exclusive runs alone; spatial sharing has no single owner)</text></svg>`+"\n")
+		fmt.Fprintf(bw, `<text x="10" y="50">no timeline recorded (exclusive runs each workload alone)</text></svg>`+"\n")
 		return bw.Flush()
 	}
 	x := func(t uint64) float64 { return marginL + 40 + float64(t)/float64(window)*(plotW-40) }
@@ -145,6 +145,7 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 		for g := 0; g < r.GPUs; g++ {
 			fmt.Fprintf(bw, `<text x="10" y="%d">gpu %d</text><rect x="%.1f" y="%d" width="%d" height="%d" fill="#f4f4f4"/>`+"\n",
 				yy+15, g, x(0), yy, plotW-40, laneH)
+			rowOf, rows := subLanes(b.Timeline, g)
 			for _, seg := range b.Timeline {
 				if seg.GPU != g || seg.Start >= window {
 					continue
@@ -158,9 +159,11 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 				case sim.SegmentPreempt:
 					c, title = "#000", "preemption (context save)"
 				}
+				h := float64(laneH) / float64(rows)
+				top := float64(yy) + h*float64(rowOf[seg.PID])
 				wd := max(x(min(seg.End, window))-x(seg.Start), 0.3)
-				fmt.Fprintf(bw, `<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s"><title>%s %s–%s</title></rect>`+"\n",
-					x(seg.Start), yy, wd, laneH, c, html.EscapeString(title), dur(seg.Start), dur(seg.End))
+				fmt.Fprintf(bw, `<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s"><title>%s %s–%s</title></rect>`+"\n",
+					x(seg.Start), top, wd, h, c, html.EscapeString(title), dur(seg.Start), dur(seg.End))
 			}
 			yy += laneH + laneGap
 		}
@@ -178,6 +181,36 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 	}
 	fmt.Fprintln(bw, "</svg>")
 	return bw.Flush()
+}
+
+// subLanes splits a GPU's lane into one row per process when its segments
+// overlap (spatial sharing: kernels of several processes co-run); otherwise
+// everything is drawn in one row.
+func subLanes(tl []sim.Segment, gpu int) (map[uint32]int, int) {
+	rowOf := map[uint32]int{}
+	var end uint64
+	overlap := false
+	var pids []uint32
+	for _, seg := range tl {
+		if seg.GPU != gpu {
+			continue
+		}
+		if seg.Start < end {
+			overlap = true
+		}
+		end = max(end, seg.End)
+		if !slices.Contains(pids, seg.PID) {
+			pids = append(pids, seg.PID)
+		}
+	}
+	if !overlap {
+		return rowOf, 1
+	}
+	slices.Sort(pids)
+	for i, pid := range pids {
+		rowOf[pid] = i
+	}
+	return rowOf, len(pids)
 }
 
 func axes(w io.Writer, x0, y0 int) {
