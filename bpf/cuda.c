@@ -83,6 +83,9 @@ enum {
 	KIND_SYNC = 3,
 	KIND_EXEC = 4,
 	KIND_EXIT = 5,
+	// Internal to the tracer, never a trace.Kind: an IFUNC resolver
+	// returned, args[0] is the implementation's address in the process.
+	KIND_IFUNC = 0x80,
 };
 
 // event is the one record of the ring buffer. Fields by kind:
@@ -357,6 +360,25 @@ static __always_inline int uretprobe_sync_body(struct regs *r)
 }
 
 PROGRAMS("uretprobe", uretprobe_sync)
+
+// GNU indirect functions: the symbol is a resolver that returns the
+// implementation chosen for this CPU. A return probe on the resolver reports
+// that address (cookie as for the function itself), and the tracer then
+// probes the implementation.
+static __always_inline int uretprobe_ifunc_body(struct regs *r)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct event *e = reserve(pid_tgid, bpf_get_current_cgroup_id(), KIND_IFUNC, bpf_get_attach_cookie(r));
+	if (!e)
+		return 0;
+	e->time = bpf_ktime_get_ns();
+	e->args[0] = RET(r);
+	// Rare, and the tracer waits for it to attach: wake it now.
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+PROGRAMS("uretprobe", uretprobe_ifunc)
 
 // An empty program: the baseline of the probe-cost benchmark (the cost of
 // the trap alone at the same attach point).

@@ -57,6 +57,8 @@ const (
 	CudaProgUprobeNoopMulti     = "uprobe_noop_multi"
 	CudaProgUprobeSync          = "uprobe_sync"
 	CudaProgUprobeSyncMulti     = "uprobe_sync_multi"
+	CudaProgUretprobeIfunc      = "uretprobe_ifunc"
+	CudaProgUretprobeIfuncMulti = "uretprobe_ifunc_multi"
 	CudaProgUretprobeSync       = "uretprobe_sync"
 	CudaProgUretprobeSyncMulti  = "uretprobe_sync_multi"
 	CudaVarFilterMode           = "filter_mode"
@@ -118,6 +120,8 @@ type CudaProgramSpecs struct {
 	UprobeNoopMulti     *ebpf.ProgramSpec `ebpf:"uprobe_noop_multi"`
 	UprobeSync          *ebpf.ProgramSpec `ebpf:"uprobe_sync"`
 	UprobeSyncMulti     *ebpf.ProgramSpec `ebpf:"uprobe_sync_multi"`
+	UretprobeIfunc      *ebpf.ProgramSpec `ebpf:"uretprobe_ifunc"`
+	UretprobeIfuncMulti *ebpf.ProgramSpec `ebpf:"uretprobe_ifunc_multi"`
 	UretprobeSync       *ebpf.ProgramSpec `ebpf:"uretprobe_sync"`
 	UretprobeSyncMulti  *ebpf.ProgramSpec `ebpf:"uretprobe_sync_multi"`
 }
@@ -204,6 +208,8 @@ type CudaPrograms struct {
 	UprobeNoopMulti     *ebpf.Program `ebpf:"uprobe_noop_multi"`
 	UprobeSync          *ebpf.Program `ebpf:"uprobe_sync"`
 	UprobeSyncMulti     *ebpf.Program `ebpf:"uprobe_sync_multi"`
+	UretprobeIfunc      *ebpf.Program `ebpf:"uretprobe_ifunc"`
+	UretprobeIfuncMulti *ebpf.Program `ebpf:"uretprobe_ifunc_multi"`
 	UretprobeSync       *ebpf.Program `ebpf:"uretprobe_sync"`
 	UretprobeSyncMulti  *ebpf.Program `ebpf:"uretprobe_sync_multi"`
 }
@@ -222,6 +228,8 @@ func (p *CudaPrograms) Close() error {
 		p.UprobeNoopMulti,
 		p.UprobeSync,
 		p.UprobeSyncMulti,
+		p.UretprobeIfunc,
+		p.UretprobeIfuncMulti,
 		p.UretprobeSync,
 		p.UretprobeSyncMulti,
 	)

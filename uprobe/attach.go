@@ -3,6 +3,7 @@ package uprobe
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -19,14 +20,24 @@ import (
 type attachedLibrary struct {
 	seq     uint64 // attach order, for detaching in reverse
 	cand    candidate
+	ex      *link.Executable
+	plan    *attachPlan
 	probes  []Probe
 	missing []string
-	links   []link.Link
-	err     error
+	// ifuncs are the probed indirect functions whose implementation no
+	// process has resolved yet.
+	ifuncs map[trace.Func]symbol
+	links  []link.Link
+	err    error
 }
 
 func (l *attachedLibrary) info() Library {
 	lib := Library{Path: l.cand.path, Dev: l.cand.id.dev, Inode: l.cand.id.ino, Missing: slices.Clone(l.missing)}
+	for _, f := range trace.Funcs() {
+		if _, ok := l.ifuncs[f]; ok {
+			lib.Missing = append(lib.Missing, f.String()+" (ifunc, not resolved yet)")
+		}
+	}
 	for _, p := range l.probes {
 		lib.Attached = append(lib.Attached, p.Func.String())
 		p.Prologue = slices.Clone(p.Prologue)
@@ -84,7 +95,7 @@ type sites struct {
 // library file. On error nothing stays attached.
 func attachLibrary(plan *attachPlan, c candidate) (*attachedLibrary, error) {
 	p, mode := plan.progs, plan.mode
-	l := &attachedLibrary{cand: c}
+	l := &attachedLibrary{cand: c, plan: plan, ifuncs: map[trace.Func]symbol{}}
 	syms, err := resolveSymbols(c.path)
 	if err != nil {
 		return nil, err
@@ -93,6 +104,7 @@ func attachLibrary(plan *attachPlan, c candidate) (*attachedLibrary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s for uprobes: %w", c.path, err)
 	}
+	l.ex = ex
 	// Sites grouped per program and direction, in first-use order.
 	type key struct {
 		prog *ebpf.Program
@@ -119,8 +131,11 @@ func attachLibrary(plan *attachPlan, c candidate) (*attachedLibrary, error) {
 			l.missing = append(l.missing, f.String())
 			continue
 		}
+		cookie := uint64(f) | uint64(f.Info().Kind)<<bpf.CookieKindShift
 		if sym.ifunc {
-			l.missing = append(l.missing, f.String()+" (ifunc)")
+			// Learn the implementation from the resolver's return.
+			add(p.ifunc, true, sym, 0, cookie)
+			l.ifuncs[f] = sym
 			continue
 		}
 		entry, ret := programFor(p, f)
@@ -136,7 +151,6 @@ func attachLibrary(plan *attachPlan, c candidate) (*attachedLibrary, error) {
 		case probeEntryOffset:
 			offset = 0
 		}
-		cookie := uint64(f) | uint64(f.Info().Kind)<<bpf.CookieKindShift
 		add(entry, false, sym, offset, cookie)
 		if ret != nil {
 			add(ret, true, sym, offset, cookie)
@@ -151,6 +165,53 @@ func attachLibrary(plan *attachPlan, c candidate) (*attachedLibrary, error) {
 		}
 	}
 	return l, nil
+}
+
+// resolveIFunc probes the implementation that fn's resolver chose, at
+// file offset impl, once.
+func (l *attachedLibrary) resolveIFunc(fn trace.Func, impl uint64) error {
+	sym, ok := l.ifuncs[fn]
+	if !ok {
+		return nil
+	}
+	f, err := os.Open(l.cand.path)
+	if err != nil {
+		return fmt.Errorf("resolve ifunc %s: %w", sym.name, err)
+	}
+	code := make([]byte, prologueLen)
+	n, _ := f.ReadAt(code, int64(impl))
+	f.Close()
+	code = code[:n]
+	offset := attachOffset(sym.machine, code)
+	p := l.plan.progs
+	entry, ret := programFor(p, fn)
+	switch l.plan.mode {
+	case probeNoop:
+		entry, ret = p.noop, nil
+	case probeNoopReturn:
+		entry = p.noop
+		if ret != nil {
+			ret = p.noop
+		}
+	case probeEntryOffset:
+		offset = 0
+	}
+	cookie := uint64(fn) | uint64(fn.Info().Kind)<<bpf.CookieKindShift
+	site := func(ret bool) *sites {
+		return &sites{ret: ret, addrs: []uint64{impl}, offsets: []uint64{offset}, cookies: []uint64{cookie}, names: []string{sym.name}}
+	}
+	if err := l.attach(l.ex, entry, site(false), p.multi, l.plan.pids); err != nil {
+		return fmt.Errorf("resolve ifunc %s: %w", sym.name, err)
+	}
+	if ret != nil {
+		if err := l.attach(l.ex, ret, site(true), p.multi, l.plan.pids); err != nil {
+			return fmt.Errorf("resolve ifunc %s: %w", sym.name, err)
+		}
+	}
+	delete(l.ifuncs, fn)
+	l.probes = append(l.probes, Probe{Func: fn, Symbol: sym.name, Address: impl, Offset: offset,
+		Prologue: code, Return: ret != nil, Resolver: sym.address})
+	return nil
 }
 
 // attach attaches prog at every site: with one uprobe_multi link, or one

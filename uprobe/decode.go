@@ -11,6 +11,10 @@ import (
 // struct event).
 const RecordSize = 96
 
+// kindIFunc marks the tracer-internal record of an IFUNC resolver's return
+// (bpf/cuda.c KIND_IFUNC); Decode rejects it like any unknown kind.
+const kindIFunc = 0x80
+
 // Offsets of struct event's fields.
 const (
 	offTime   = 0

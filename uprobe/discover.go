@@ -131,7 +131,10 @@ func mappingCandidate(procRoot string, m mapping) (candidate, bool) {
 type mapping struct {
 	pid, path, mapFile string
 	dev, ino           uint64
-	deleted            bool
+	// start, end and pgoff are the mapped address range and the file
+	// offset it starts at.
+	start, end, pgoff uint64
+	deleted           bool
 }
 
 // mappedLibraries scans procRoot/*/maps for libcuda mappings, one per file
@@ -179,6 +182,23 @@ func processMappings(procRoot, pid string) []mapping {
 	return out
 }
 
+// mappingAt returns the file mapping of process pid that holds address addr.
+func mappingAt(procRoot, pid string, addr uint64) (mapping, bool) {
+	f, err := os.Open(filepath.Join(procRoot, pid, "maps"))
+	if err != nil {
+		return mapping{}, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		if m, ok := parseMapsLine(sc.Text()); ok && m.start <= addr && addr < m.end {
+			return m, true
+		}
+	}
+	return mapping{}, false
+}
+
 // parseMapsLine parses one /proc/PID/maps line:
 // "7f..-7f.. r-xp 00000000 fd:01 1234 /usr/lib/libcuda.so.1 (deleted)".
 // mapFile is set to the address range (the map_files entry name).
@@ -206,8 +226,19 @@ func parseMapsLine(line string) (mapping, bool) {
 	if err1 != nil || err2 != nil || err3 != nil || ino == 0 {
 		return m, false
 	}
+	lo, hi, ok := strings.Cut(fields[0], "-")
+	if !ok {
+		return m, false
+	}
+	start, err1 := strconv.ParseUint(lo, 16, 64)
+	end, err2 := strconv.ParseUint(hi, 16, 64)
+	pgoff, err3 := strconv.ParseUint(fields[2], 16, 64)
+	if err1 != nil || err2 != nil || err3 != nil || end <= start {
+		return m, false
+	}
 	m.dev = mkdev(ma, mi)
 	m.ino = ino
+	m.start, m.end, m.pgoff = start, end, pgoff
 	m.mapFile = fields[0]
 	return m, true
 }

@@ -22,13 +22,17 @@ func TestParseMapsLine(t *testing.T) {
 		want mapping
 	}{
 		{"7f12a000-7f12b000 r-xp 00001000 fd:01 123456    /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", true,
-			mapping{path: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", dev: mkdev(0xfd, 1), ino: 123456, mapFile: "7f12a000-7f12b000"}},
+			mapping{path: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", dev: mkdev(0xfd, 1), ino: 123456, mapFile: "7f12a000-7f12b000",
+				start: 0x7f12a000, end: 0x7f12b000, pgoff: 0x1000}},
 		{"7f12a000-7f12b000 r--p 00000000 103:02 42 /opt/my libs/libcuda.so.1 (deleted)", true,
-			mapping{path: "/opt/my libs/libcuda.so.1", dev: mkdev(0x103, 2), ino: 42, mapFile: "7f12a000-7f12b000", deleted: true}},
+			mapping{path: "/opt/my libs/libcuda.so.1", dev: mkdev(0x103, 2), ino: 42, mapFile: "7f12a000-7f12b000",
+				start: 0x7f12a000, end: 0x7f12b000, deleted: true}},
 		{"7ffd1000-7ffd2000 rw-p 00000000 00:00 0 [stack]", false, mapping{}},
 		{"55d0-55d1 rw-p 00000000 00:00 0", false, mapping{}},
 		{"55d0-55d1 r-xp 00000000 zz:01 7 /lib/libcuda.so", false, mapping{}},
 		{"garbage", false, mapping{}},
+		{"7f12b000-7f12a000 r-xp 00000000 fd:01 7 /lib/libcuda.so", false, mapping{}},
+		{"7f12a000-7f12b000 r-xp 0000zz00 fd:01 7 /lib/libcuda.so", false, mapping{}},
 	}
 	for _, tc := range tests {
 		got, ok := parseMapsLine(tc.line)

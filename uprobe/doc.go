@@ -12,9 +12,10 @@
 // breakpoints are installed in those processes only, so unlisted processes
 // pay nothing. A periodic rescan, and a look at each process right after
 // its exec, attach library files that appear later (a new container, a
-// driver upgrade) and the rescan detaches those that vanish. GNU indirect
-// functions (IFUNC) are listed as missing rather than probed at their
-// resolver.
+// driver upgrade) and the rescan detaches those that vanish. A probed
+// function exported as a GNU indirect function (IFUNC) gets a return probe
+// on its resolver; the first traced process that resolves it tells which
+// implementation the resolver chose, and that is probed from then on.
 //
 // One goroutine drains the ring buffer, polling with a short deadline
 // because the probes wake it only past a fill threshold, and decodes the

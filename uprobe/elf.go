@@ -21,9 +21,11 @@ type symbol struct {
 	// relative to it.
 	address, offset uint64
 	prologue        []byte
-	// ifunc marks a GNU indirect function: its value is the resolver, not
-	// the implementation, so it is not attached.
+	// ifunc marks a GNU indirect function: address is its resolver, and
+	// the implementation is known only once a process has run it.
 	ifunc bool
+	// machine is the library's architecture (for attachOffset).
+	machine elf.Machine
 }
 
 // resolveSymbols finds every probed function in the shared object at path:
@@ -97,7 +99,7 @@ func resolveELF(ef *elf.File, r io.ReaderAt, path string, want func(string) bool
 		if !ok {
 			return nil, fmt.Errorf("read .dynsym of %s: %s at %#x is in no executable segment", path, name, s.Value)
 		}
-		sym := symbol{name: name, address: off, ifunc: typ == elf.STT_GNU_IFUNC}
+		sym := symbol{name: name, address: off, ifunc: typ == elf.STT_GNU_IFUNC, machine: ef.Machine}
 		code := make([]byte, prologueLen)
 		n, _ := r.ReadAt(code, int64(off))
 		sym.prologue = code[:n]

@@ -14,7 +14,7 @@ import (
 // each twice, for uprobe_multi links (kernel 6.6+) and for single
 // perf-event uprobes, and only the set the kernel can attach is loaded.
 type programs struct {
-	launch, launchEx, args, sync, retSync, noop *ebpf.Program
+	launch, launchEx, args, sync, retSync, ifunc, noop *ebpf.Program
 	// multi says the set is for uprobe_multi links.
 	multi bool
 }
@@ -26,6 +26,7 @@ type singlePrograms struct {
 	Args     *ebpf.Program `ebpf:"uprobe_args"`
 	Sync     *ebpf.Program `ebpf:"uprobe_sync"`
 	RetSync  *ebpf.Program `ebpf:"uretprobe_sync"`
+	IFunc    *ebpf.Program `ebpf:"uretprobe_ifunc"`
 	Noop     *ebpf.Program `ebpf:"uprobe_noop"`
 }
 
@@ -35,6 +36,7 @@ type multiPrograms struct {
 	Args     *ebpf.Program `ebpf:"uprobe_args_multi"`
 	Sync     *ebpf.Program `ebpf:"uprobe_sync_multi"`
 	RetSync  *ebpf.Program `ebpf:"uretprobe_sync_multi"`
+	IFunc    *ebpf.Program `ebpf:"uretprobe_ifunc_multi"`
 	Noop     *ebpf.Program `ebpf:"uprobe_noop_multi"`
 }
 
@@ -65,7 +67,7 @@ func load(spec *ebpf.CollectionSpec, single bool) (*objects, error) {
 			*tracepointPrograms
 			*multiPrograms
 		}{&o.maps, &o.tps, &p}, nil)
-		o.progs = programs{p.Launch, p.LaunchEx, p.Args, p.Sync, p.RetSync, p.Noop, true}
+		o.progs = programs{p.Launch, p.LaunchEx, p.Args, p.Sync, p.RetSync, p.IFunc, p.Noop, true}
 	} else {
 		var p singlePrograms
 		err = spec.LoadAndAssign(&struct {
@@ -73,7 +75,7 @@ func load(spec *ebpf.CollectionSpec, single bool) (*objects, error) {
 			*tracepointPrograms
 			*singlePrograms
 		}{&o.maps, &o.tps, &p}, nil)
-		o.progs = programs{p.Launch, p.LaunchEx, p.Args, p.Sync, p.RetSync, p.Noop, false}
+		o.progs = programs{p.Launch, p.LaunchEx, p.Args, p.Sync, p.RetSync, p.IFunc, p.Noop, false}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load CUDA probes (needs CAP_BPF and CAP_PERFMON; on kernels before 5.11 MEMLOCK may be too low, consider rlimit.RemoveMemlock): %w", err)
@@ -84,7 +86,7 @@ func load(spec *ebpf.CollectionSpec, single bool) (*objects, error) {
 // close frees programs and maps.
 func (o *objects) close() error {
 	var errs []error
-	for _, p := range []*ebpf.Program{o.progs.noop, o.progs.retSync, o.progs.sync, o.progs.args, o.progs.launchEx, o.progs.launch, o.tps.Exit, o.tps.Exec} {
+	for _, p := range []*ebpf.Program{o.progs.noop, o.progs.ifunc, o.progs.retSync, o.progs.sync, o.progs.args, o.progs.launchEx, o.progs.launch, o.tps.Exit, o.tps.Exec} {
 		if p != nil {
 			errs = append(errs, p.Close())
 		}

@@ -112,6 +112,10 @@ func (t *Tracer) readLoop() {
 		default: // closed
 			return
 		}
+		if raw := rec.RawSample; len(raw) >= RecordSize && raw[offKind] == kindIFunc {
+			t.noteIFunc(raw)
+			continue
+		}
 		if err := Decode(rec.RawSample, &b.events[b.n]); err != nil {
 			t.decodeErrors.Add(1)
 			continue

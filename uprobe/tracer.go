@@ -2,6 +2,7 @@ package uprobe
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -125,7 +126,9 @@ type Library struct {
 	// Dev and Inode identify the file.
 	Dev, Inode uint64
 	// Attached are the probed symbols found and attached, Missing the
-	// probed symbols the library does not export.
+	// probed symbols the library does not export (and, suffixed
+	// " (ifunc, not resolved yet)", indirect functions no traced process
+	// has resolved since they were found).
 	Attached, Missing []string
 	// Probes say where each attached symbol was probed.
 	Probes []Probe
@@ -149,19 +152,24 @@ type Probe struct {
 	Prologue []byte
 	// Return is true where a return probe is attached too.
 	Return bool
+	// Resolver is, for a GNU indirect function, the file offset of its
+	// resolver; Address is then the implementation the resolver returned
+	// in a traced process. Zero for ordinary functions.
+	Resolver uint64
 }
 
 // Tracer captures CUDA driver calls. Its methods are safe for concurrent
 // use, except that Read is meant for one consumer goroutine.
 type Tracer struct {
-	opts  Options
-	objs  *objects
-	procs []link.Link // exec/exit tracepoints
-	ring  *ringbuf.Reader
-	q     *queue
-	done  chan struct{}
-	execs chan uint32 // exec'd pids for the rescan loop; nil without rescans
-	wg    sync.WaitGroup
+	opts   Options
+	objs   *objects
+	procs  []link.Link // exec/exit tracepoints
+	ring   *ringbuf.Reader
+	q      *queue
+	done   chan struct{}
+	execs  chan uint32   // exec'd pids for the rescan loop; nil without rescans
+	ifuncs chan ifuncHit // resolved indirect functions for the rescan loop
+	wg     sync.WaitGroup
 
 	events       atomic.Uint64
 	decodeErrors atomic.Uint64
@@ -242,13 +250,13 @@ func Open(opts *Options) (*Tracer, error) {
 	if err := t.rescan(); err != nil {
 		return fail(err)
 	}
-	t.wg.Add(1)
-	go t.readLoop()
 	if o.RescanInterval > 0 {
 		t.execs = make(chan uint32, 256)
-		t.wg.Add(1)
-		go t.rescanLoop()
 	}
+	t.ifuncs = make(chan ifuncHit, 64)
+	t.wg.Add(2)
+	go t.readLoop()
+	go t.rescanLoop()
 	return t, nil
 }
 
@@ -380,8 +388,12 @@ func (t *Tracer) rescan() error {
 
 func (t *Tracer) rescanLoop() {
 	defer t.wg.Done()
-	tick := time.NewTicker(t.opts.RescanInterval)
-	defer tick.Stop()
+	var tickC <-chan time.Time
+	if t.opts.RescanInterval > 0 {
+		tick := time.NewTicker(t.opts.RescanInterval)
+		defer tick.Stop()
+		tickC = tick.C
+	}
 	// A process that just exec'd maps its libraries within milliseconds;
 	// looking at it shortly after its exec event attaches a library file
 	// no earlier scan saw without waiting for the next full rescan.
@@ -392,7 +404,7 @@ func (t *Tracer) rescanLoop() {
 		select {
 		case <-t.done:
 			return
-		case <-tick.C:
+		case <-tickC:
 			if err := t.rescan(); err != nil && !errors.Is(err, ErrClosed) {
 				t.mu.Lock()
 				t.scanErr = errors.Join(t.scanErr, err)
@@ -410,6 +422,8 @@ func (t *Tracer) rescanLoop() {
 				t.scanProcess(pid)
 			}
 			pending = pending[:0]
+		case hit := <-t.ifuncs:
+			t.resolveIFunc(hit)
 		}
 	}
 }
@@ -451,6 +465,45 @@ func (t *Tracer) plan() *attachPlan {
 		p.pids = t.opts.PIDs
 	}
 	return p
+}
+
+// ifuncHit is an IFUNC resolver's return seen in a process.
+type ifuncHit struct {
+	pid  uint32
+	fn   trace.Func
+	addr uint64
+}
+
+// noteIFunc passes a resolver's return to the rescan loop without blocking
+// the reader; another process's resolution will do when the loop is busy.
+func (t *Tracer) noteIFunc(raw []byte) {
+	hit := ifuncHit{
+		pid:  binary.LittleEndian.Uint32(raw[offPID:]),
+		fn:   trace.Func(raw[offFunc]),
+		addr: binary.LittleEndian.Uint64(raw[offArgs:]),
+	}
+	select {
+	case t.ifuncs <- hit:
+	default:
+	}
+}
+
+// resolveIFunc finds the library file and offset of the implementation a
+// resolver returned, through the process's mappings, and probes it.
+func (t *Tracer) resolveIFunc(hit ifuncHit) {
+	m, ok := mappingAt(t.opts.ProcRoot, strconv.FormatUint(uint64(hit.pid), 10), hit.addr)
+	if !ok {
+		return // the process is gone; the next one to resolve will do
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, ok := t.libraries[fileID{m.dev, m.ino}]
+	if !ok || t.closed {
+		return
+	}
+	if err := l.resolveIFunc(hit.fn, hit.addr-m.start+m.pgoff); err != nil {
+		t.scanErr = errors.Join(t.scanErr, err)
+	}
 }
 
 // noteExec passes an exec'd process to the rescan loop without blocking

@@ -1,12 +1,14 @@
 package uprobe
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -651,4 +653,87 @@ func TestCgroupFilter(t *testing.T) {
 	if c.next != 90 || c.mismatches != 0 || others != 0 {
 		t.Errorf("%d calls from inside (%d mismatched), %d events from outside\n%s", c.next, c.mismatches, others, strings.Join(c.first, "\n"))
 	}
+}
+
+// TestIFunc checks a probed function exported as a GNU indirect function:
+// the tracer learns the implementation from its resolver's return in a
+// traced process and probes it there.
+func TestIFunc(t *testing.T) {
+	r := newRig(t)
+	dir := t.TempDir()
+	lib, prog := filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "ifunc")
+	for _, args := range [][]string{
+		{"-shared", "-fPIC", "-O2", "-fcf-protection=full", "-fno-omit-frame-pointer", "-DLIB", "-Wl,-soname,libcuda.so.1", "-o", lib, "testdata/ifunc.c"},
+		{"-O2", "-o", prog, "testdata/ifunc.c", lib, "-Wl,-rpath," + dir},
+	} {
+		if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", args, err, out)
+		}
+	}
+	o := r.options()
+	o.Libraries = []string{lib}
+	tr := openTracer(t, o)
+	libs := tr.Stats().Libraries
+	if len(libs) != 1 || !slices.Contains(libs[0].Missing, "cuLaunchKernel (ifunc, not resolved yet)") {
+		t.Fatalf("libraries %+v: want cuLaunchKernel waiting for its resolver", libs)
+	}
+	const n = 50
+	p := startCmd(t, exec.Command(prog, strconv.Itoa(n)), nil, false)
+	r.expose(t, int(p.pid))
+	if l := p.line(t); l != "resolved" {
+		t.Fatalf("program said %q", l)
+	}
+	got := waitLibrary(t, tr, func(l Library) bool { return slices.Contains(l.Attached, "cuLaunchKernel") }, true)
+	var probe Probe
+	for _, pr := range got.Probes {
+		if pr.Func == trace.FuncLaunchKernel {
+			probe = pr
+		}
+	}
+	impl := localSymbol(t, lib, "launch_impl")
+	if probe.Resolver == 0 || probe.Address != impl || probe.Offset != attachOffset(elf.EM_X86_64, probe.Prologue) {
+		t.Errorf("probe %+v: want the implementation at %#x, not the resolver", probe, impl)
+	}
+	p.send(t, "go")
+	var seen int
+	var bad []string
+	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
+		// The resolving call itself (NULL function) may or may not be seen,
+		// depending on how soon the implementation's probe was attached.
+		if ev.PID == p.pid && ev.Kind == trace.KindLaunch && ev.Launch.Function != 0 {
+			want := expectCall(uint64(seen)*30, p.pid)
+			g := *ev
+			g.Time, g.TID, g.Cgroup = 0, 0, 0
+			if g != want && len(bad) < 3 {
+				bad = append(bad, fmt.Sprintf("got %+v\nwant %+v", g, want))
+			}
+			seen++
+		}
+		return ev.PID == p.pid && ev.Kind == trace.KindExit
+	})
+	p.wait(t)
+	if seen != n || len(bad) != 0 {
+		t.Errorf("%d launches seen of %d\n%s", seen, n, strings.Join(bad, "\n"))
+	}
+}
+
+// localSymbol returns the file offset of a .symtab function.
+func localSymbol(t *testing.T, path, name string) uint64 {
+	ef, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		if s.Name == name {
+			off, _ := fileOffset(ef, s.Value)
+			return off
+		}
+	}
+	t.Fatalf("%s has no symbol %s", path, name)
+	return 0
 }
