@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func runSimCmd(t *testing.T, args ...string) (string, error) {
@@ -73,5 +74,40 @@ func TestSimCommandErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestSimCommandInterrupted: a cancelled run (Ctrl-C) stops with an error
+// and writes no output files.
+func TestSimCommandInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := filepath.Join(t.TempDir(), "out")
+	cmd := newSimCmd()
+	var errOut bytes.Buffer
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"--workload", filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml"),
+		"--duration", "1h", "--out", dir})
+	err := cmd.ExecuteContext(ctx)
+	if err == nil || !strings.Contains(err.Error(), "context canceled") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("output directory created on an interrupted run: %v", err)
+	}
+}
+
+func TestProgress(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b)
+	p.last = p.last.Add(-2 * time.Second)
+	p.report("timeslice", 30e9, 60e9)
+	if got := b.String(); !strings.Contains(got, "timeslice") || !strings.Contains(got, "30.0s / 60.0s simulated ( 50%)") {
+		t.Errorf("progress line %q", got)
+	}
+	p.report("timeslice", 31e9, 60e9) // within a second: nothing
+	if strings.Count(b.String(), "\n") != 1 {
+		t.Errorf("progress printed more than once a second: %q", b.String())
 	}
 }
