@@ -21,7 +21,10 @@ func (s *Simulator) lookup(pid uint32, gpu int, what string) (*proc, error) {
 }
 
 // control applies an enforcement action now, or after ControlLatency.
-// Actions of equal latency keep their call order.
+// Actions of equal latency keep their call order. With a latency the
+// engine.Enforcer postcondition holds that long after the call, as if the
+// call had blocked that long in the driver (the real controls do block);
+// the controller itself is not held up.
 func (s *Simulator) control(f func()) error {
 	if s.cfg.controlLatency == 0 {
 		f()
