@@ -1,6 +1,7 @@
 package nvrm
 
 import (
+	"os"
 	"testing"
 	"time"
 	"unsafe"
@@ -12,11 +13,12 @@ import (
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
-// BenchmarkControlRoundTrip measures one channel-group control on the
-// stand-in: pidfd_open + pidfd_getfd + fstat, the ioctl, close (a whole
-// SetTimeslice on a process with one group on that GPU); the ioctl alone
-// on a held duplicate; and the whole call with the tracer attached, as a
-// daemon runs it.
+// BenchmarkControlRoundTrip measures channel control on the stand-in: a
+// whole SetTimeslice on a process with one group on that GPU (pidfd_getfd,
+// fstat, the ioctl on the operation's worker, close); a Suspend of two
+// groups (four controls on one duplicate); the bare ioctl on a held
+// duplicate; and the SetTimeslice with the tracer attached, as a daemon
+// runs it.
 func BenchmarkControlRoundTrip(b *testing.B) {
 	testenv.Privileged(b)
 	bin, ctl := buildStandin(b)
@@ -27,6 +29,9 @@ func BenchmarkControlRoundTrip(b *testing.B) {
 		evAlloc(s.pid, s.ctlFD, rmstandin.Client, 0, rmstandin.Client, ClassRootClient, 0, 0),
 		evAlloc(s.pid, s.ctlFD, rmstandin.Client, rmstandin.Client, rmstandin.Device1, ClassDevice, 0, 1),
 		evAlloc(s.pid, s.ctlFD, rmstandin.Client, rmstandin.Device1, rmstandin.GroupGR1, ClassChannelGroup, EngineGraphics, 0),
+		evAlloc(s.pid, s.ctlFD, rmstandin.Client, rmstandin.Client, rmstandin.Device0, ClassDevice, 0, 0),
+		evAlloc(s.pid, s.ctlFD, rmstandin.Client, rmstandin.Device0, rmstandin.GroupGR, ClassChannelGroup, EngineGraphics, 0),
+		evAlloc(s.pid, s.ctlFD, rmstandin.Client, rmstandin.Device0, rmstandin.GroupCE, ClassChannelGroup, EngineCopy0, 0),
 	})
 	c, err := NewController(reg, &ControllerOptions{Layout: mustLayout(b, "575.51.03"), ControlRdev: standinRdev, AcceptErrno: unix.ENOTTY})
 	if err != nil {
@@ -43,17 +48,58 @@ func BenchmarkControlRoundTrip(b *testing.B) {
 		}
 		perCall(b)
 	})
-	b.Run("ioctl", func(b *testing.B) {
+	// A process with a compute and a copy group on GPU 0: Suspend is
+	// SCHEDULE{0} + PREEMPT on each (4 controls, one duplicate).
+	b.Run("suspend-2-groups", func(b *testing.B) {
+		for b.Loop() {
+			if err := c.Suspend(s.pid, 0); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := c.Resume(s.pid, 0); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		perCall(b)
+	})
+	// The floor: the same ioctl issued directly on a held duplicate, with
+	// no pidfd, duplication, checks or worker.
+	// The same with the suspension recorded in a state file on tmpfs
+	// before the controls, as a keeper does.
+	b.Run("suspend-2-groups-state", func(b *testing.B) {
+		dir, err := os.MkdirTemp("/dev/shm", "arbiter-bench-")
+		if err != nil {
+			b.Skip("no /dev/shm")
+		}
+		defer os.RemoveAll(dir)
+		reg.opts.StatePath = dir + "/state.json"
+		defer func() { reg.opts.StatePath = "" }()
+		for b.Loop() {
+			if err := c.Suspend(s.pid, 0); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := c.Resume(s.pid, 0); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		perCall(b)
+	})
+	b.Run("ioctl-only", func(b *testing.B) {
 		p, _ := reg.Process(s.pid)
 		f, err := c.open(s.pid, p.StartTime, s.ctlFD)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer f.close()
-		g := Group{Client: rmstandin.Client, Handle: rmstandin.GroupGR1}
+		req := &NVOS54{HClient: rmstandin.Client, HObject: rmstandin.GroupGR1, Cmd: uint32(CtrlSetTimeslice), ParamsSize: 8}
+		params := TimesliceParams{TimesliceUs: 100}
+		req.Params = uint64(uintptr(unsafe.Pointer(&params)))
 		for b.Loop() {
-			if err := f.setTimeslice(g, 100); err != nil {
-				b.Fatal(err)
+			if e := sysIoctl(f.fd, ReqRMControl, unsafe.Pointer(req)); e != 0 && e != unix.ENOTTY {
+				b.Fatal(e)
 			}
 		}
 		perCall(b)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -41,6 +42,8 @@ const DefaultCallTimeout = 2 * time.Second
 type Controller struct {
 	reg  *Registry
 	opts ControllerOptions
+	// sys issues ioctls; tests replace it to hold a call.
+	sys func(fd int, req uint32, arg unsafe.Pointer) syscall.Errno
 
 	mu sync.Mutex
 	// pidfds holds one pidfd per controlled process, opened once and
@@ -63,9 +66,9 @@ type ControllerOptions struct {
 	// zero means ControlRdev (195:255). Tests point it at a stand-in.
 	ControlRdev Rdev
 	// Timeout bounds each driver call (zero: DefaultCallTimeout). The
-	// ioctl cannot be cancelled: past the timeout the call reports
-	// ErrCallTimeout and the duplicated descriptor is closed when the
-	// driver returns.
+	// ioctl cannot be cancelled: past the timeout the operation returns
+	// ErrCallTimeout, issues no further call, and closes the duplicated
+	// descriptor when the driver returns.
 	Timeout time.Duration
 	// AcceptErrno, where set, treats an ioctl failing with that errno as
 	// one RM ran, and reads the status from the parameter block. It
@@ -76,7 +79,7 @@ type ControllerOptions struct {
 
 // NewController returns a Controller acting on the processes of reg.
 func NewController(reg *Registry, opts *ControllerOptions) (*Controller, error) {
-	c := &Controller{reg: reg, pidfds: map[uint32]pidfdEntry{}}
+	c := &Controller{reg: reg, pidfds: map[uint32]pidfdEntry{}, sys: sysIoctl}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -130,6 +133,9 @@ func (c *Controller) Timeslice(pid uint32, gpu int) (map[uint32]uint64, error) {
 		out[g.Handle] = p.TimesliceUs
 		return nil
 	})
+	if errors.Is(err, ErrCallTimeout) {
+		return nil, err // the worker may still write to out
+	}
 	return out, err
 }
 
@@ -211,12 +217,14 @@ func (c *Controller) Resume(pid uint32, gpu int) error {
 // exited meanwhile is not an error.
 func (c *Controller) ResumeAll() error {
 	byPID := map[uint32][]Group{}
+	starts := map[uint32]uint64{}
 	for _, s := range c.reg.Suspended() {
 		byPID[s.PID] = append(byPID[s.PID], s.Group)
+		starts[s.PID] = s.StartTime
 	}
 	var errs []error
 	for pid, groups := range byPID {
-		err := c.onGroups(pid, groups, func(f *rmFile, g Group) error {
+		err := c.onGroupsOf(pid, starts[pid], groups, func(f *rmFile, g Group) error {
 			return f.schedule(g, true, c.opts.Layout.ScheduleSize)
 		})
 		switch {
@@ -271,14 +279,47 @@ func (c *Controller) groups(pid uint32, gpu int) ([]Group, error) {
 	return groups, nil
 }
 
-// onGroups opens pid's control files (one duplicate per client
-// descriptor), runs fn on each group and closes them. It stops at the first
-// error.
+// onGroups runs fn on each group through pid's control files (one
+// duplicate per client descriptor), on one worker goroutine so that the
+// caller gets control back if the driver does not answer: each ioctl may
+// take up to Timeout, after which the caller gets ErrCallTimeout, and the
+// worker stops at the stuck call and closes the duplicates once the driver
+// returns. One worker per operation rather than per ioctl: a thread
+// hand-off costs a futex wake-up, microseconds on a virtualized host, and
+// a suspend is several controls in a row.
 func (c *Controller) onGroups(pid uint32, groups []Group, fn func(*rmFile, Group) error) error {
-	p, err := c.reg.Process(pid)
+	start, err := c.reg.startTime(pid)
 	if err != nil {
 		return err
 	}
+	return c.onGroupsOf(pid, start, groups, fn)
+}
+
+// onGroupsOf is onGroups for a process known by its start time, which a
+// suspension record carries even where the registry lost the process.
+func (c *Controller) onGroupsOf(pid uint32, start uint64, groups []Group, fn func(*rmFile, Group) error) error {
+	w := &callWatch{base: time.Now()}
+	done := make(chan error, 1)
+	go func() { done <- c.runGroups(pid, start, groups, fn, w) }()
+	t := time.NewTimer(c.opts.Timeout)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+			inFlight := w.inFlight()
+			if inFlight >= c.opts.Timeout {
+				w.abandoned.Store(true)
+				return fmt.Errorf("nvrm: process %d: driver call still running after %v: %w", pid, c.opts.Timeout, ErrCallTimeout)
+			}
+			t.Reset(c.opts.Timeout - inFlight)
+		}
+	}
+}
+
+// runGroups is onGroups' worker.
+func (c *Controller) runGroups(pid uint32, start uint64, groups []Group, fn func(*rmFile, Group) error, w *callWatch) error {
 	files := map[int32]*rmFile{}
 	defer func() {
 		for _, f := range files {
@@ -288,10 +329,11 @@ func (c *Controller) onGroups(pid uint32, groups []Group, fn func(*rmFile, Group
 	for _, g := range groups {
 		f := files[g.FD]
 		if f == nil {
-			f, err = c.open(pid, p.StartTime, g.FD)
-			if err != nil {
+			var err error
+			if f, err = c.open(pid, start, g.FD); err != nil {
 				return err
 			}
+			f.watch = w
 			files[g.FD] = f
 		}
 		if err := fn(f, g); err != nil {
@@ -301,17 +343,36 @@ func (c *Controller) onGroups(pid uint32, groups []Group, fn func(*rmFile, Group
 	return nil
 }
 
+// callWatch lets the waiting caller see how long the worker's current
+// ioctl has run, without a hand-off per call.
+type callWatch struct {
+	base time.Time
+	// started is when the ioctl in flight started (ns after base, +1),
+	// 0 between calls.
+	started atomic.Int64
+	// abandoned is set when the caller gave up: the worker issues no
+	// further calls.
+	abandoned atomic.Bool
+}
+
+// inFlight returns how long the current ioctl has run, 0 if none runs.
+func (w *callWatch) inFlight() time.Duration {
+	s := w.started.Load()
+	if s == 0 {
+		return 0
+	}
+	return time.Since(w.base) - time.Duration(s-1)
+}
+
 // rmFile is a duplicate of a process's control file, owned by one
-// Controller call.
+// Controller operation's worker.
 type rmFile struct {
-	fd      int
-	timeout time.Duration
-	accept  syscall.Errno
-	// sys issues the ioctl; tests replace it to hold a call.
+	fd     int
+	accept syscall.Errno
+	// sys issues the ioctl; tests replace it.
 	sys func(fd int, req uint32, arg unsafe.Pointer) syscall.Errno
-	// done is set when a call timed out: it closes when that call
-	// returns, and the call's goroutine then closes the descriptor.
-	done chan struct{}
+	// watch, where set, tells the waiting caller about calls in flight.
+	watch *callWatch
 }
 
 // open duplicates descriptor fd of process pid (started at start), through
@@ -344,7 +405,7 @@ func (c *Controller) open(pid uint32, start uint64, fd int32) (*rmFile, error) {
 		unix.Close(dup)
 		return nil, fmt.Errorf("nvrm: process %d descriptor %d is %s, want char %s: %w", pid, fd, got, c.opts.ControlRdev, ErrNotControlFile)
 	}
-	return &rmFile{fd: dup, timeout: c.opts.Timeout, accept: c.opts.AcceptErrno, sys: sysIoctl}, nil
+	return &rmFile{fd: dup, accept: c.opts.AcceptErrno, sys: c.sys}, nil
 }
 
 // pidfd returns the cached pidfd of pid, opening and checking it first.
@@ -395,13 +456,8 @@ func (c *Controller) Close() error {
 	return nil
 }
 
-// close closes the duplicate now, or when a timed-out call returns.
-func (f *rmFile) close() {
-	if f.done != nil {
-		return // the stuck call's goroutine closes it
-	}
-	unix.Close(f.fd)
-}
+// close closes the duplicate.
+func (f *rmFile) close() { unix.Close(f.fd) }
 
 // control issues RM_CONTROL cmd on group g with params of size bytes and
 // returns the driver's status as an error.
@@ -429,42 +485,22 @@ func (f *rmFile) schedule(g Group, enable bool, size uint32) error {
 	return f.control(g, CtrlGPFIFOSchedule, unsafe.Pointer(&p), size)
 }
 
-// ioctl runs one ioctl on the duplicate, bounded by the timeout. The
-// driver call cannot be interrupted, so on a timeout it is left to finish
-// in its goroutine, which then closes the descriptor; the parameter memory
-// stays reachable from that goroutine until then.
+// ioctl runs one ioctl on the duplicate. params is the memory the
+// request points to, kept alive across the call.
 func (f *rmFile) ioctl(req uint32, arg, params unsafe.Pointer) error {
-	if f.done != nil {
-		return ErrCallTimeout // an earlier call on this file is still stuck
-	}
-	res := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		e := f.sys(f.fd, req, arg)
-		runtime.KeepAlive(params)
-		var err error
-		if e != 0 && (f.accept == 0 || e != f.accept) {
-			err = os.NewSyscallError("ioctl", e)
+	if f.watch != nil {
+		if f.watch.abandoned.Load() {
+			return ErrCallTimeout
 		}
-		res <- err
-		close(done)
-	}()
-	t := time.NewTimer(f.timeout)
-	defer t.Stop()
-	select {
-	case err := <-res:
-		return err
-	case <-t.C:
-		f.done = done
-		fd := f.fd
-		go func() {
-			<-done
-			unix.Close(fd)
-		}()
-		return fmt.Errorf("after %v: %w", f.timeout, ErrCallTimeout)
+		f.watch.started.Store(int64(time.Since(f.watch.base)) + 1)
+		defer f.watch.started.Store(0)
 	}
+	e := f.sys(f.fd, req, arg)
+	runtime.KeepAlive(params)
+	if e != 0 && (f.accept == 0 || e != f.accept) {
+		return os.NewSyscallError("ioctl", e)
+	}
+	return nil
 }
 
 // sysIoctl is the ioctl system call.

@@ -2,12 +2,16 @@ package nvrm
 
 import (
 	"errors"
+	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-arbiter/arbiter/trace"
 )
 
 func TestNewControllerNeedsLayout(t *testing.T) {
@@ -49,46 +53,83 @@ func TestControllerUnknownProcess(t *testing.T) {
 	}
 }
 
-// TestCallTimeout holds a driver call past the timeout: the call returns
-// ErrCallTimeout in time, and the descriptor closes only once the driver
-// call returns.
+// TestCallTimeout holds a driver call past the timeout: the operation
+// returns ErrCallTimeout in time, issues no further call, and the
+// duplicated descriptor closes only once the driver call returns.
 func TestCallTimeout(t *testing.T) {
-	fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	self := uint32(os.Getpid())
+	nullFD, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer unix.Close(nullFD)
+	reg := newTestRegistry(t, "", nil)
+	reg.opts.StartTime = procStartTime
+	applyAll(reg, []trace.Event{
+		evAlloc(self, int32(nullFD), 1, 0, 1, ClassRootClient, 0, 0),
+		evAlloc(self, int32(nullFD), 1, 1, 2, ClassDevice, 0, 0),
+		evAlloc(self, int32(nullFD), 1, 2, 3, ClassChannelGroup, EngineGraphics, 0),
+		evAlloc(self, int32(nullFD), 1, 2, 4, ClassChannelGroup, EngineCopy0, 0),
+	})
+	c, err := NewController(reg, &ControllerOptions{Layout: mustLayout(t, "570.86.15"), ControlRdev: MkRdev(1, 3), Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	release := make(chan struct{})
-	f := &rmFile{fd: fd, timeout: 50 * time.Millisecond, sys: func(int, uint32, unsafe.Pointer) syscall.Errno {
+	var calls atomic.Int32
+	c.sys = func(int, uint32, unsafe.Pointer) syscall.Errno {
+		calls.Add(1)
 		<-release
 		return 0
-	}}
+	}
+	before := openFDs(t)
 	start := time.Now()
-	err = f.setTimeslice(Group{Client: 1, Handle: 2}, 10)
+	err = c.Suspend(self, -1)
 	if !errors.Is(err, ErrCallTimeout) {
 		t.Fatalf("held call: %v, want ErrCallTimeout", err)
 	}
 	if d := time.Since(start); d < 50*time.Millisecond || d > time.Second {
 		t.Fatalf("returned after %v", d)
 	}
-	if err := f.setTimeslice(Group{}, 1); !errors.Is(err, ErrCallTimeout) {
-		t.Fatalf("second call on a stuck file: %v", err)
-	}
-	f.close()
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
-		t.Fatalf("descriptor closed while the call is in the driver: %v", err)
+	// The process's pidfd (kept) and the duplicate (until the call ends).
+	if n := openFDs(t); n != before+2 {
+		t.Fatalf("%d descriptors open while the call is in the driver, want %d (pidfd and duplicate)", n, before+2)
 	}
 	close(release)
-	<-f.done
 	deadline := time.Now().Add(time.Second)
-	for {
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); errors.Is(err, unix.EBADF) {
-			break
-		}
+	for openFDs(t) != before+1 {
 		if time.Now().After(deadline) {
-			t.Fatal("descriptor not closed after the call returned")
+			t.Fatal("duplicate not closed after the call returned")
 		}
 		time.Sleep(time.Millisecond)
 	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d calls issued, want 1 (none after the timeout)", n)
+	}
+	// The suspension stays recorded: resuming it is still owed.
+	if len(reg.Suspended()) != 2 {
+		t.Fatalf("suspended records: %+v", reg.Suspended())
+	}
+	// Calls that return in time, however many, are not cut short: the
+	// deadline is per call.
+	c.sys = func(int, uint32, unsafe.Pointer) syscall.Errno {
+		time.Sleep(20 * time.Millisecond)
+		return 0
+	}
+	if err := c.Suspend(self, -1); err != nil {
+		t.Fatalf("4 calls of 20 ms each under a 50 ms per-call limit: %v", err)
+	}
+}
+
+// openFDs counts the test process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
 
 // TestControlStatus checks that the status the driver writes back becomes
@@ -96,7 +137,7 @@ func TestCallTimeout(t *testing.T) {
 func TestControlStatus(t *testing.T) {
 	var seen NVOS54
 	var seenParams TimesliceParams
-	f := &rmFile{fd: -1, timeout: time.Second, sys: func(_ int, req uint32, arg unsafe.Pointer) syscall.Errno {
+	f := &rmFile{fd: -1, sys: func(_ int, req uint32, arg unsafe.Pointer) syscall.Errno {
 		if req != ReqRMControl {
 			return syscall.EINVAL
 		}

@@ -317,6 +317,18 @@ func (r *Registry) Process(pid uint32) (Process, error) {
 	return r.snapshot(p), nil
 }
 
+// startTime returns pid's recorded start time, or an error wrapping
+// ErrUnknownProcess.
+func (r *Registry) startTime(pid uint32) (uint64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.procs[pid]
+	if p == nil {
+		return 0, fmt.Errorf("nvrm: process %d: %w (start the tracer before the process creates its CUDA context)", pid, ErrUnknownProcess)
+	}
+	return p.start, nil
+}
+
 // Processes returns every traced process's tree, by pid.
 func (r *Registry) Processes() []Process {
 	r.mu.Lock()

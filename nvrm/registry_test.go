@@ -180,6 +180,9 @@ func TestRegistryStateFile(t *testing.T) {
 	applyAll(r, cudaContext(200, 4, 0xC1D00002, 1))
 	applyAll(r, cudaContext(300, 4, 0xC1D00003, 0))
 	r.setDesiredTimeslice(100, 0, 50)
+	if err := r.Save(); err != nil {
+		t.Fatal(err)
+	}
 	g, _ := r.Groups(100, 0)
 	if err := r.markSuspended(100, g[:1]); err != nil {
 		t.Fatal(err)

@@ -182,6 +182,9 @@ func TestStandinEndToEnd(t *testing.T) {
 	for i := range evs {
 		reg.Apply(&evs[i])
 	}
+	if err := reg.Save(); err != nil { // as a keeper does after each change
+		t.Fatal(err)
+	}
 	p, err := reg.Process(s.pid)
 	if err != nil {
 		t.Fatal(err)

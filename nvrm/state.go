@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"golang.org/x/sys/unix"
 )
 
 // The state file keeps the registry across daemon restarts. A file rather
@@ -23,9 +25,16 @@ import (
 const stateVersion = 1
 
 type stateFile struct {
+	Version   int            `json:"version"`
+	Processes []stateProcess `json:"processes"`
+}
+
+// suspendedFile is the record of suspended groups, a file of its own so
+// that recording a suspension, which precedes every Suspend's controls,
+// writes a few hundred bytes rather than the whole registry.
+type suspendedFile struct {
 	Version   int              `json:"version"`
-	Processes []stateProcess   `json:"processes"`
-	Suspended []SuspendedGroup `json:"suspended,omitempty"`
+	Suspended []SuspendedGroup `json:"suspended"`
 }
 
 type stateProcess struct {
@@ -71,22 +80,34 @@ func (r *Registry) Save() error {
 		}
 		st.Processes = append(st.Processes, sp)
 	}
-	for _, s := range r.suspended {
-		st.Suspended = append(st.Suspended, s)
-	}
 	r.mu.Unlock()
 	slices.SortFunc(st.Processes, func(a, b stateProcess) int { return cmpU32(a.PID, b.PID) })
-	slices.SortFunc(st.Suspended, func(a, b SuspendedGroup) int {
-		if a.PID != b.PID {
-			return cmpU32(a.PID, b.PID)
-		}
-		return cmpU32(a.Group.Handle, b.Group.Handle)
-	})
 	b, err := json.MarshalIndent(&st, "", " ")
 	if err != nil {
 		return fmt.Errorf("nvrm: encode state: %w", err)
 	}
-	return writeAtomic(r.opts.StatePath, b)
+	if err := writeAtomic(r.opts.StatePath, b); err != nil {
+		return err
+	}
+	return r.saveSuspended()
+}
+
+// suspendedPath is the suspended-groups file beside the state file.
+func (r *Registry) suspendedPath() string {
+	return filepath.Join(filepath.Dir(r.opts.StatePath), "suspended.json")
+}
+
+// saveSuspended writes the suspended-groups file, if the registry keeps
+// state.
+func (r *Registry) saveSuspended() error {
+	if r.opts.StatePath == "" {
+		return nil
+	}
+	b, err := json.Marshal(&suspendedFile{Version: stateVersion, Suspended: r.Suspended()})
+	if err != nil {
+		return fmt.Errorf("nvrm: encode suspended groups: %w", err)
+	}
+	return writeAtomic(r.suspendedPath(), b)
 }
 
 // load reads the state file, keeping processes that still run. A missing
@@ -94,7 +115,7 @@ func (r *Registry) Save() error {
 func (r *Registry) load() error {
 	b, err := os.ReadFile(r.opts.StatePath)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return r.loadSuspended()
 	}
 	if err != nil {
 		return fmt.Errorf("nvrm: read state: %w", err)
@@ -131,9 +152,36 @@ func (r *Registry) load() error {
 		}
 		r.procs[sp.PID] = p
 	}
-	for _, s := range st.Suspended {
-		// A suspended group of an exited process went with it.
-		if r.procs[s.PID] != nil && r.alive(s.PID, s.StartTime) {
+	return r.loadSuspended()
+}
+
+// loadSuspended reads the suspended-groups file, keeping the groups of
+// processes that still run (same pid and start time): a suspended group of
+// an exited process went with it.
+func (r *Registry) loadSuspended() error {
+	path := r.suspendedPath()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("nvrm: read suspended groups: %w", err)
+	}
+	var sf suspendedFile
+	if err := json.Unmarshal(b, &sf); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Errorf("nvrm: suspended-groups file %s: byte %d: %w", path, se.Offset, err)
+		}
+		return fmt.Errorf("nvrm: suspended-groups file %s: %w", path, err)
+	}
+	if sf.Version != stateVersion {
+		return fmt.Errorf("nvrm: suspended-groups file %s: version %d, want %d", path, sf.Version, stateVersion)
+	}
+	for _, s := range sf.Suspended {
+		// Kept even where the tree was not saved: the record alone
+		// (client, group, descriptor, start time) is enough to resume.
+		if r.alive(s.PID, s.StartTime) {
 			r.suspended[groupKey{s.PID, s.Group.Client, s.Group.Handle}] = s
 		}
 	}
@@ -147,8 +195,8 @@ func (r *Registry) alive(pid uint32, start uint64) bool {
 	return now != 0 && (start == 0 || now == start)
 }
 
-// markSuspended records groups as suspended and saves the state file
-// before the caller disables them.
+// markSuspended records groups as suspended and saves the record before
+// the caller disables them.
 func (r *Registry) markSuspended(pid uint32, groups []Group) error {
 	r.mu.Lock()
 	p := r.procs[pid]
@@ -161,7 +209,7 @@ func (r *Registry) markSuspended(pid uint32, groups []Group) error {
 		r.suspended[groupKey{pid, g.Client, g.Handle}] = SuspendedGroup{PID: pid, StartTime: start, Group: g}
 	}
 	r.mu.Unlock()
-	return r.Save()
+	return r.saveSuspended()
 }
 
 // clearSuspended forgets groups once resumed, and saves.
@@ -171,7 +219,7 @@ func (r *Registry) clearSuspended(pid uint32, groups []Group) error {
 		delete(r.suspended, groupKey{pid, g.Client, g.Handle})
 	}
 	r.mu.Unlock()
-	return r.Save()
+	return r.saveSuspended()
 }
 
 // Suspended returns the channel groups Arbiter holds suspended.
@@ -191,32 +239,38 @@ func (r *Registry) Suspended() []SuspendedGroup {
 	return out
 }
 
-// writeAtomic writes b to path through a temporary file and a rename.
+// writeAtomic writes b to path through a temporary file and a rename. It
+// does not fsync: the files must survive the daemon's death, which a
+// completed write does, not the machine's, after which none of the
+// processes they describe exists. Syncing would put a disk flush on the
+// suspend path.
 func writeAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("nvrm: state directory: %w", err)
 	}
-	f, err := os.CreateTemp(dir, ".state-*")
+	// Plain system calls and a fixed temporary name (one keeper writes,
+	// under its lock): os.CreateTemp's poller registration and random
+	// names cost more than the write itself.
+	tmp := path + ".tmp"
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("nvrm: write state: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(f.Name())
 		return fmt.Errorf("nvrm: write state %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(f.Name())
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err != nil {
+			unix.Close(fd)
+			unix.Unlink(tmp)
+			return fmt.Errorf("nvrm: write state %s: %w", path, err)
+		}
+		b = b[n:]
+	}
+	if err := unix.Close(fd); err != nil {
+		unix.Unlink(tmp)
 		return fmt.Errorf("nvrm: write state %s: %w", path, err)
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("nvrm: write state %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		os.Remove(f.Name())
+	if err := unix.Rename(tmp, path); err != nil {
+		unix.Unlink(tmp)
 		return fmt.Errorf("nvrm: write state %s: %w", path, err)
 	}
 	return nil
