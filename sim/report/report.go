@@ -65,6 +65,9 @@ type Baseline struct {
 	// duration: the load the workloads offer (above 1: more than the node
 	// can serve).
 	GPUUtilization float64 `json:"gpu_utilization"`
+	// PerGPU breaks utilization and preemptions down by GPU (not for
+	// exclusive, which runs each workload on its own).
+	PerGPU []GPU `json:"per_gpu,omitempty"`
 	// Kernels accounts for every kernel submitted.
 	Kernels Conservation `json:"kernels"`
 	// Controller counts the scripted controller's actions (closed-loop
@@ -75,6 +78,18 @@ type Baseline struct {
 	Timeline []sim.Segment `json:"-"`
 	// PIDs maps pids to workload names for the timeline.
 	PIDs map[uint32]string `json:"-"`
+}
+
+// GPU is one GPU's share of a baseline's figures.
+type GPU struct {
+	Index int `json:"index"`
+	// Utilization is the compute engine's busy share; SwitchShare and
+	// PreemptShare the shares spent loading and saving contexts.
+	Utilization     float64 `json:"utilization"`
+	SwitchShare     float64 `json:"switch_share"`
+	PreemptShare    float64 `json:"preempt_share"`
+	PreemptionsPerS float64 `json:"preemptions_per_s"`
+	SwitchesPerS    float64 `json:"switches_per_s"`
 }
 
 // Actions counts enforcement calls of a closed-loop baseline.

@@ -196,6 +196,7 @@ func runExclusive(ctx context.Context, cfg *Config) (*report.Baseline, error) {
 		}
 		st := s.Stats()
 		one := summarize(st, cfg, []workload.Workload{*w})
+		one.PerGPU = nil
 		agg.LC = append(agg.LC, one.LC...)
 		agg.BE = append(agg.BE, one.BE...)
 		agg.PreemptionsPerS += one.PreemptionsPerS
@@ -342,10 +343,14 @@ func summarize(st sim.Stats, cfg *Config, ws []workload.Workload) *report.Baseli
 	secs := cfg.Duration.Seconds()
 	b := &report.Baseline{Timeline: st.Timeline, PIDs: map[uint32]string{}}
 	var busy uint64
-	for _, g := range st.GPUs {
+	d := float64(cfg.Duration)
+	for i, g := range st.GPUs {
 		busy += g.Busy
 		b.PreemptionsPerS += float64(g.Preemptions) / secs
 		b.SwitchesPerS += float64(g.Switches) / secs
+		b.PerGPU = append(b.PerGPU, report.GPU{Index: i, Utilization: float64(g.Busy) / d,
+			SwitchShare: float64(g.SwitchTime) / d, PreemptShare: float64(g.PreemptTime) / d,
+			PreemptionsPerS: float64(g.Preemptions) / secs, SwitchesPerS: float64(g.Switches) / secs})
 	}
 	b.GPUUtilization = float64(busy) / (float64(cfg.Duration) * float64(len(st.GPUs)))
 	for i, p := range st.Procs {

@@ -140,6 +140,18 @@ func TestConservation(t *testing.T) {
 		if k.Submitted == 0 || k.Submitted != k.Completed+k.InFlight {
 			t.Errorf("%s: submitted %d ≠ completed %d + in flight %d", b.Name, k.Submitted, k.Completed, k.InFlight)
 		}
+		if b.Name != Exclusive {
+			var u float64
+			for _, g := range b.PerGPU {
+				u += g.Utilization
+				if g.Utilization+g.SwitchShare+g.PreemptShare > 1 {
+					t.Errorf("%s gpu %d: shares add up past 1: %+v", b.Name, g.Index, g)
+				}
+			}
+			if len(b.PerGPU) != 2 || u/2-b.GPUUtilization > 1e-9 || b.GPUUtilization-u/2 > 1e-9 {
+				t.Errorf("%s: per-GPU %+v against %v", b.Name, b.PerGPU, b.GPUUtilization)
+			}
+		}
 		if k.InFlight == 0 {
 			t.Errorf("%s: nothing in flight at a cut of 1.234567 s: the check proves nothing", b.Name)
 		}
