@@ -160,9 +160,10 @@ func (c *Controller) SetInterleave(pid uint32, level InterleaveLevel) error {
 
 // Suspend takes pid's channel groups on GPU gpu (every GPU where gpu < 0)
 // off the GPU: scheduling disabled (GPFIFO_SCHEDULE{bEnable=0}), then
-// preempted (PREEMPT{bWait=1}). The groups are recorded as suspended in the
-// registry's state file before the first control, so that a crash cannot
-// leave them suspended unnoticed: ResumeAll at the next start resumes them.
+// preempted (PREEMPT{bWait=1}). The groups are recorded as suspended (in
+// the registry's state directory, where it keeps state) before the first
+// control, so that a crash cannot leave them suspended unnoticed:
+// ResumeAll at the next start resumes them.
 func (c *Controller) Suspend(pid uint32, gpu int) error {
 	groups, err := c.groups(pid, gpu)
 	if err != nil {

@@ -247,6 +247,12 @@ suspend; --pin=false removes it on exit.`,
 			}
 			out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			enc := json.NewEncoder(out)
+			defer func() {
+				if st, err := k.Tracer().Stats(); err == nil {
+					fmt.Fprintf(errw, "tracer: %d records read, %d undecodable; dropped in the kernel: %d (ring buffer full), %d (parameters unreadable), %d (in-flight table full)\n",
+						st.Decoded, st.BadRecords, st.RingbufFull, st.ReadFailed, st.InflightFull)
+				}
+			}()
 			return k.Run(ctx, func(e nvrm.KeeperEvent) {
 				if e.Err != nil {
 					fmt.Fprintf(errw, "warning: %v\n", e.Err)

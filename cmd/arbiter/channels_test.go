@@ -163,6 +163,9 @@ func TestChannelsStandin(t *testing.T) {
 	if w.err != nil {
 		t.Fatalf("watch: %v\n%s", w.err, w.errw)
 	}
+	if !strings.Contains(w.errw, "undecodable; dropped in the kernel: 0 (ring buffer full)") || !strings.Contains(w.errw, "tracer: ") {
+		t.Errorf("watch did not report its counters: %q", w.errw)
+	}
 	for _, want := range []string{
 		fmt.Sprintf("pid %d rm_alloc fd %d client 0xc1d00042 parent 0x0 object 0xc1d00042 client", pid, sp.fd),
 		fmt.Sprintf("pid %d rm_alloc fd %d client 0xc1d00042 parent 0x5c000001 object 0x5c000003 channel-group engine graphics", pid, sp.fd),
