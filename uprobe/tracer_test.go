@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -736,4 +737,42 @@ func localSymbol(t *testing.T, path, name string) uint64 {
 	}
 	t.Fatalf("%s has no symbol %s", path, name)
 	return 0
+}
+
+// TestDeliveryLatency checks that records below the wakeup threshold (the
+// probes then do not wake the reader) still arrive within the reader's
+// poll interval, and that waking on every record works as well.
+func TestDeliveryLatency(t *testing.T) {
+	r := newRig(t)
+	for _, wake := range []int{0, -1} {
+		o := r.options()
+		o.WakeupBytes = wake
+		tr := openTracer(t, o)
+		p := r.start(t, nil, true, "calls", "30")
+		p.send(t, "go")
+		var worst time.Duration
+		var seen int
+		collect(t, tr, time.Minute, func(ev *trace.Event) bool {
+			if ev.PID != p.pid || ev.Kind == trace.KindExec {
+				return false
+			}
+			var ts syscall.Timespec
+			if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1 /* CLOCK_MONOTONIC */, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+				t.Fatal(errno)
+			}
+			// A sync's time is its entry; its record leaves at the return.
+			if lag := time.Duration(ts.Nano() - int64(ev.Time+ev.Sync.Duration)); lag > worst {
+				worst = lag
+			}
+			seen++
+			return ev.Kind == trace.KindExit
+		})
+		p.wait(t)
+		t.Logf("wakeup %d: worst lag %v over %d events", wake, worst, seen)
+		// 10 ms poll; generous for a loaded shared machine.
+		if worst > 250*time.Millisecond || seen != 31 {
+			t.Errorf("wakeup %d: worst lag %v over %d events", wake, worst, seen)
+		}
+		tr.Close()
+	}
 }
