@@ -3,6 +3,7 @@ package workload
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -144,7 +145,14 @@ func (f *File) arrivalTimes(path string, a *Arrival) ([]uint64, error) {
 		return nil, &FieldError{File: f.Path, Path: path + ".arrival.file", Msg: err.Error()}
 	}
 	defer fh.Close()
-	sc := bufio.NewScanner(fh)
+	return parseArrivals(fh, name)
+}
+
+// parseArrivals reads arrival offsets, one duration per line, '#'
+// comments and blank lines ignored, non-decreasing.
+func parseArrivals(r io.Reader, name string) ([]uint64, error) {
+	var times []uint64
+	sc := bufio.NewScanner(r)
 	line := 0
 	for sc.Scan() {
 		line++

@@ -164,3 +164,42 @@ func TestSamplers(t *testing.T) {
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0)) }
+
+func TestParseArrivals(t *testing.T) {
+	got, err := parseArrivals(strings.NewReader("# offsets\n\n1ms\n 1.5ms \n1.5ms\n2s\n"), "a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{1e6, 1.5e6, 1.5e6, 2e9}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	cases := map[string]string{
+		"1ms\n0.5ms\n": "a.txt:2: arrival offsets must be non-negative and non-decreasing",
+		"1ms\nsoon\n":  `a.txt:2: bad duration "soon"`,
+		"-1ms\n":       "a.txt:1: arrival offsets must be non-negative",
+		"# nothing\n":  "a.txt: no arrivals",
+		"1ms\n2\n":     `a.txt:2: bad duration "2"`,
+	}
+	for in, want := range cases {
+		if _, err := parseArrivals(strings.NewReader(in), "a.txt"); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q: got %v, want %q", in, err, want)
+		}
+	}
+}
+
+func FuzzParseArrivals(f *testing.F) {
+	f.Add("1ms\n2ms\n")
+	f.Add("# c\n0s\n1h\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		times, err := parseArrivals(strings.NewReader(in), "f.txt")
+		if err != nil {
+			return
+		}
+		for i := 1; i < len(times); i++ {
+			if times[i] < times[i-1] {
+				t.Fatalf("decreasing arrivals accepted: %v", times)
+			}
+		}
+	})
+}
