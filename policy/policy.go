@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -82,6 +84,31 @@ type Policy struct {
 	classify opa.PreparedEvalQuery
 	victims  *opa.PreparedEvalQuery // nil: the policy has no victims rule
 	def      Decision
+	// gpus caches the node's GPU list as a value: it rarely changes and is
+	// the costliest part of the input to build.
+	gpus atomic.Pointer[gpuCache]
+}
+
+type gpuCache struct {
+	gpus []GPU
+	val  ast.Value
+}
+
+// gpusValue returns the GPU list as a value, from the cache when unchanged.
+func (p *Policy) gpusValue(gpus []GPU) ast.Value {
+	if c := p.gpus.Load(); c != nil && slices.EqualFunc(c.gpus, gpus, func(a, b GPU) bool {
+		return a.Index == b.Index && a.UUID == b.UUID && a.Name == b.Name && a.MemoryBytes == b.MemoryBytes &&
+			a.NUMANode == b.NUMANode && slices.Equal(a.NVLinkPeers, b.NVLinkPeers)
+	}) {
+		return c.val
+	}
+	c := &gpuCache{gpus: make([]GPU, len(gpus)), val: gpusValue(gpus)}
+	for i, g := range gpus {
+		c.gpus[i] = g
+		c.gpus[i].NVLinkPeers = slices.Clone(g.NVLinkPeers)
+	}
+	p.gpus.Store(c)
+	return c.val
 }
 
 // Load reads, compiles and checks the policy at path (a directory or a
@@ -249,7 +276,7 @@ func (p *Policy) HasVictims() bool { return p.victims != nil }
 // returned together with a *DecisionError naming the process and the field.
 // An undefined classify also yields the default decision, without error.
 func (p *Policy) Classify(ctx context.Context, in Input) (Decision, error) {
-	v, defined, err := p.eval(ctx, p.classify, in.value(), nil)
+	v, defined, err := p.eval(ctx, p.classify, in.value(p.gpusValue(in.Node.GPUs)), nil)
 	return p.decide(v, defined, err, in.Process.PID, in.Process.Comm)
 }
 
@@ -278,14 +305,16 @@ func (p *Policy) Victims(ctx context.Context, s State) (VictimDecision, error) {
 	if p.victims == nil {
 		return VictimDecision{}, nil
 	}
-	v, defined, err := p.eval(ctx, *p.victims, s.value(), nil)
+	v, defined, err := p.eval(ctx, *p.victims, s.value(p.gpusValue(s.Node.GPUs)), nil)
+	var pids map[int]bool
 	return p.decideVictims(v, defined, err, func(pid int) bool {
-		for i := range s.Processes {
-			if s.Processes[i].PID == pid {
-				return true
+		if pids == nil {
+			pids = make(map[int]bool, len(s.Processes))
+			for i := range s.Processes {
+				pids[s.Processes[i].PID] = true
 			}
 		}
-		return false
+		return pids[pid]
 	})
 }
 

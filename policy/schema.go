@@ -66,6 +66,7 @@ func loadSchemas() (*schemas, error) {
 type schemaNode struct {
 	types        []string
 	properties   map[string]*schemaNode
+	propOrder    []string // sorted property names
 	required     []string
 	additional   *schemaNode // nil: anything
 	noAdditional bool
@@ -145,7 +146,9 @@ func compileNode(m map[string]any, root *schemaNode, at string) (*schemaNode, er
 				if n.properties[name], err = compileNode(pm, root, at+"."+name); err != nil {
 					return nil, err
 				}
+				n.propOrder = append(n.propOrder, name)
 			}
+			sort.Strings(n.propOrder)
 		case "required":
 			for _, x := range v.([]any) {
 				n.required = append(n.required, x.(string))
@@ -268,24 +271,37 @@ func (n *schemaNode) check(v any, path string) *FieldError {
 				return &FieldError{join(path, r), "required field missing"}
 			}
 		}
-		keys := make([]string, 0, len(x))
+		// Known properties first, in a fixed order and without sorting the
+		// document's keys: this runs on every decision.
+		known := 0
+		for _, k := range n.propOrder {
+			v, ok := x[k]
+			if !ok {
+				continue
+			}
+			known++
+			if e := n.properties[k].check(v, join(path, k)); e != nil {
+				return e
+			}
+		}
+		if known == len(x) {
+			break
+		}
+		keys := make([]string, 0, len(x)-known)
 		for k := range x {
-			keys = append(keys, k)
+			if _, ok := n.properties[k]; !ok {
+				keys = append(keys, k)
+			}
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			p, ok := n.properties[k]
 			switch {
-			case ok:
 			case n.additional != nil:
-				p = n.additional
+				if e := n.additional.check(x[k], join(path, k)); e != nil {
+					return e
+				}
 			case n.noAdditional:
 				return &FieldError{join(path, k), "unknown field" + n.suggest(k)}
-			default:
-				continue
-			}
-			if e := p.check(x[k], join(path, k)); e != nil {
-				return e
 			}
 		}
 	case []any:

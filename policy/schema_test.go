@@ -101,8 +101,8 @@ func TestSchemasCompileAndDescribeInput(t *testing.T) {
 	in := testInput(1, "x")
 	in.Process.Pod = &Pod{UID: "u", Labels: map[string]string{"a": "b"}}
 	in.Node.GPUs = []GPU{{Index: 0, UUID: "GPU-0", MemoryBytes: 80 << 30, NUMANode: 0, NVLinkPeers: []int{1}}}
-	for name, v := range map[string]ast.Value{"classify": in.value(), "victims": State{Node: in.Node, Processes: []ProcessState{{PID: 1, Class: "lc", Mode: ModeSuspend, GPUShare: 0.5}},
-		Requests: []Request{{PID: 1, GPU: 0, AgeUS: 10}}, SLO: map[string]SLOState{"lc": {Attainment: 0.9, Target: 0.99}}, Demands: []Demand{{PID: 1, GPUsNeeded: 2, NVLink: true}}}.value()} {
+	for name, v := range map[string]ast.Value{"classify": in.value(nil), "victims": State{Node: in.Node, Processes: []ProcessState{{PID: 1, Class: "lc", Mode: ModeSuspend, GPUShare: 0.5}},
+		Requests: []Request{{PID: 1, GPU: 0, AgeUS: 10}}, SLO: map[string]SLOState{"lc": {Attainment: 0.9, Target: 0.99}}, Demands: []Demand{{PID: 1, GPUsNeeded: 2, NVLink: true}}}.value(nil)} {
 		j, err := ast.JSONWithOpt(v, ast.JSONOpt{})
 		if err != nil {
 			t.Fatal(err)

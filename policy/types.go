@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"sort"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -179,38 +178,44 @@ type Throttle struct {
 }
 
 // The input is built straight into OPA's AST: going through JSON or
-// reflection would cost more than the policy evaluation itself.
+// reflection would cost more than the policy evaluation itself. Keys are
+// built once; each object is allocated at its final size.
 
-type obj struct{ o ast.Object }
-
-func newObj() obj { return obj{ast.NewObject()} }
-
-func (b obj) str(k, v string) obj {
-	b.o.Insert(ast.InternedTerm(k), ast.StringTerm(v))
-	return b
-}
-
-func (b obj) strIf(k, v string) obj {
-	if v != "" {
-		b.str(k, v)
+// keyTerms holds the input's object keys as terms, built once: read-only.
+var keyTerms = func() map[string]*ast.Term {
+	m := map[string]*ast.Term{}
+	for _, k := range []string{"apiVersion", "node", "process", "state", "hostname", "time", "gpus",
+		"index", "uuid", "name", "memory_bytes", "numa_node", "nvlink_peers", "pid", "ppid", "comm",
+		"exe", "cmdline", "uid", "user", "cgroup", "pod", "env", "path", "slice", "unit",
+		"container_id", "runtime", "pod_uid", "qos", "namespace", "labels", "processes", "requests",
+		"slo", "demands", "class", "priority", "mode", "suspended", "gpu_share", "gpu", "age_us",
+		"attainment", "target", "latency_ms", "gpus_needed", "nvlink"} {
+		m[k] = ast.StringTerm(k)
 	}
-	return b
+	return m
+}()
+
+var apiVersionTerm = ast.StringTerm(APIVersion)
+
+func item(k string, v *ast.Term) [2]*ast.Term { return [2]*ast.Term{keyTerms[k], v} }
+
+func str(k, v string) [2]*ast.Term {
+	if v == "" {
+		return item(k, ast.InternedTerm(""))
+	}
+	return item(k, ast.StringTerm(v))
 }
 
-func (b obj) num(k string, v int) obj {
-	b.o.Insert(ast.InternedTerm(k), ast.InternedTerm(v))
-	return b
+func num(k string, v int) [2]*ast.Term { return item(k, ast.InternedTerm(v)) }
+
+func float(k string, v float64) [2]*ast.Term {
+	if v == float64(int(v)) && v < 1<<30 && v > -(1<<30) {
+		return item(k, ast.InternedTerm(int(v)))
+	}
+	return item(k, ast.FloatNumberTerm(v))
 }
 
-func (b obj) float(k string, v float64) obj {
-	b.o.Insert(ast.InternedTerm(k), ast.FloatNumberTerm(v))
-	return b
-}
-
-func (b obj) val(k string, v ast.Value) obj {
-	b.o.Insert(ast.InternedTerm(k), ast.NewTerm(v))
-	return b
-}
+func val(k string, v ast.Value) [2]*ast.Term { return item(k, ast.NewTerm(v)) }
 
 func ints(xs []int) ast.Value {
 	ts := make([]*ast.Term, len(xs))
@@ -229,82 +234,87 @@ func strs(xs []string) ast.Value {
 }
 
 func strMap(m map[string]string) ast.Value {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	items := make([][2]*ast.Term, 0, len(m))
+	for k, v := range m {
+		items = append(items, [2]*ast.Term{ast.StringTerm(k), ast.StringTerm(v)})
 	}
-	sort.Strings(keys)
-	o := ast.NewObject()
-	for _, k := range keys {
-		o.Insert(ast.StringTerm(k), ast.StringTerm(m[k]))
-	}
-	return o
+	return ast.NewObject(items...)
 }
 
-func (n Node) value() ast.Value {
-	gpus := make([]*ast.Term, len(n.GPUs))
-	for i, g := range n.GPUs {
-		o := newObj().num("index", g.Index).str("uuid", g.UUID).strIf("name", g.Name).
-			num("numa_node", g.NUMANode).val("nvlink_peers", ints(g.NVLinkPeers))
-		if g.MemoryBytes > 0 {
-			o.o.Insert(ast.InternedTerm("memory_bytes"), ast.UIntNumberTerm(g.MemoryBytes))
-		}
-		gpus[i] = ast.NewTerm(o.o)
+func (g GPU) value() *ast.Term {
+	items := make([][2]*ast.Term, 0, 6)
+	items = append(items, num("index", g.Index), str("uuid", g.UUID), num("numa_node", g.NUMANode), val("nvlink_peers", ints(g.NVLinkPeers)))
+	if g.Name != "" {
+		items = append(items, str("name", g.Name))
 	}
+	if g.MemoryBytes > 0 {
+		items = append(items, item("memory_bytes", ast.UIntNumberTerm(g.MemoryBytes)))
+	}
+	return ast.ObjectTerm(items...)
+}
+
+func gpusValue(gpus []GPU) ast.Value {
+	ts := make([]*ast.Term, len(gpus))
+	for i, g := range gpus {
+		ts[i] = g.value()
+	}
+	return ast.NewArray(ts...)
+}
+
+func (n Node) value(gpus ast.Value) ast.Value {
 	t := n.Time
 	if t.IsZero() {
 		t = time.Unix(0, 0).UTC()
 	}
-	return newObj().str("hostname", n.Hostname).str("time", t.Format(time.RFC3339Nano)).
-		val("gpus", ast.NewArray(gpus...)).o
+	if gpus == nil {
+		gpus = gpusValue(n.GPUs)
+	}
+	return ast.NewObject(str("hostname", n.Hostname), str("time", t.Format(time.RFC3339Nano)), val("gpus", gpus))
 }
 
 func (c Cgroup) value() ast.Value {
-	return newObj().str("path", c.Path).str("slice", c.Slice).str("unit", c.Unit).
-		str("container_id", c.ContainerID).str("runtime", c.Runtime).str("pod_uid", c.PodUID).
-		str("qos", c.QoS).o
+	return ast.NewObject(str("path", c.Path), str("slice", c.Slice), str("unit", c.Unit),
+		str("container_id", c.ContainerID), str("runtime", c.Runtime), str("pod_uid", c.PodUID), str("qos", c.QoS))
 }
 
 func (p Process) value() ast.Value {
-	o := newObj().num("pid", p.PID).num("ppid", p.PPID).str("comm", p.Comm).str("exe", p.Exe).
-		val("cmdline", strs(p.Cmdline)).num("uid", p.UID).str("user", p.User).
-		val("cgroup", p.Cgroup.value()).val("env", strMap(p.Env)).val("gpus", ints(p.GPUs))
+	items := make([][2]*ast.Term, 0, 12)
+	items = append(items, num("pid", p.PID), num("ppid", p.PPID), str("comm", p.Comm), str("exe", p.Exe),
+		val("cmdline", strs(p.Cmdline)), num("uid", p.UID), str("user", p.User),
+		val("cgroup", p.Cgroup.value()), val("env", strMap(p.Env)), val("gpus", ints(p.GPUs)))
 	if p.Pod != nil {
-		o.val("pod", newObj().str("uid", p.Pod.UID).str("namespace", p.Pod.Namespace).
-			str("name", p.Pod.Name).val("labels", strMap(p.Pod.Labels)).o)
+		items = append(items, val("pod", ast.NewObject(str("uid", p.Pod.UID), str("namespace", p.Pod.Namespace),
+			str("name", p.Pod.Name), val("labels", strMap(p.Pod.Labels)))))
 	}
-	return o.o
+	return ast.NewObject(items...)
 }
 
-func (in Input) value() ast.Value {
-	return newObj().str("apiVersion", APIVersion).val("node", in.Node.value()).
-		val("process", in.Process.value()).o
+func (in Input) value(gpus ast.Value) ast.Value {
+	return ast.NewObject(item("apiVersion", apiVersionTerm), val("node", in.Node.value(gpus)), val("process", in.Process.value()))
 }
 
-func (s State) value() ast.Value {
+func (s State) value(gpus ast.Value) ast.Value {
 	procs := make([]*ast.Term, len(s.Processes))
 	for i, p := range s.Processes {
-		o := newObj().num("pid", p.PID).str("comm", p.Comm).str("class", p.Class).
-			num("priority", p.Priority).str("mode", string(p.Mode)).val("gpus", ints(p.GPUs)).
-			val("suspended", ast.Boolean(p.Suspended)).float("gpu_share", p.GPUShare)
-		procs[i] = ast.NewTerm(o.o)
+		procs[i] = ast.ObjectTerm(num("pid", p.PID), str("comm", p.Comm), str("class", p.Class),
+			num("priority", p.Priority), str("mode", string(p.Mode)), val("gpus", ints(p.GPUs)),
+			item("suspended", ast.InternedTerm(p.Suspended)), float("gpu_share", p.GPUShare))
 	}
 	reqs := make([]*ast.Term, len(s.Requests))
 	for i, r := range s.Requests {
-		reqs[i] = ast.NewTerm(newObj().num("pid", r.PID).str("class", r.Class).num("gpu", r.GPU).
-			num("age_us", int(r.AgeUS)).o)
+		reqs[i] = ast.ObjectTerm(num("pid", r.PID), str("class", r.Class), num("gpu", r.GPU), num("age_us", int(r.AgeUS)))
 	}
-	slo := ast.NewObject()
+	slo := make([][2]*ast.Term, 0, len(s.SLO))
 	for class, st := range s.SLO {
-		slo.Insert(ast.StringTerm(class), ast.NewTerm(newObj().float("attainment", st.Attainment).
-			float("target", st.Target).float("latency_ms", st.LatencyMS).num("requests", st.Requests).o))
+		slo = append(slo, [2]*ast.Term{ast.StringTerm(class), ast.ObjectTerm(float("attainment", st.Attainment),
+			float("target", st.Target), float("latency_ms", st.LatencyMS), num("requests", st.Requests))})
 	}
 	dem := make([]*ast.Term, len(s.Demands))
 	for i, d := range s.Demands {
-		dem[i] = ast.NewTerm(newObj().num("pid", d.PID).str("class", d.Class).
-			num("gpus_needed", d.GPUsNeeded).val("nvlink", ast.Boolean(d.NVLink)).o)
+		dem[i] = ast.ObjectTerm(num("pid", d.PID), str("class", d.Class), num("gpus_needed", d.GPUsNeeded),
+			item("nvlink", ast.InternedTerm(d.NVLink)))
 	}
-	state := newObj().val("processes", ast.NewArray(procs...)).val("requests", ast.NewArray(reqs...)).
-		val("slo", slo).val("demands", ast.NewArray(dem...))
-	return newObj().str("apiVersion", APIVersion).val("node", s.Node.value()).val("state", state.o).o
+	state := ast.NewObject(val("processes", ast.NewArray(procs...)), val("requests", ast.NewArray(reqs...)),
+		val("slo", ast.NewObject(slo...)), val("demands", ast.NewArray(dem...)))
+	return ast.NewObject(item("apiVersion", apiVersionTerm), val("node", s.Node.value(gpus)), val("state", state))
 }

@@ -14,17 +14,16 @@ import data.arbiter.lib
 
 default_decision := lib.with_reason(lib.classes["best-effort"], "default: nothing asked for another class")
 
-classify := decision if {
+classify := object.union(lib.classes[class], extra(class, why)) if {
 	[class, why] := requested
-	decision := object.union(lib.with_reason(lib.classes[class], why), slo_override(class))
 } else := default_decision
 
 # requested is the class asked for and who asked, first match wins.
 requested := [c, "pod label arbiter.io/class"] if {
-	c := lib.label(input.process, "arbiter.io/class")
+	c := lib.label("arbiter.io/class")
 	known(c, "pod label arbiter.io/class")
 } else := [c, "env ARBITER_CLASS"] if {
-	c := lib.env(input.process, "ARBITER_CLASS")
+	c := lib.env("ARBITER_CLASS")
 	known(c, "env ARBITER_CLASS")
 } else := ["latency-critical", sprintf("systemd slice %s", [s])] if {
 	s := input.process.cgroup.slice
@@ -47,18 +46,19 @@ known(c, who) if {
 	false
 }
 
-# slo_override changes a latency-critical target from the pod label
-# arbiter.io/slo-ms or the env ARBITER_SLO_MS (milliseconds).
-slo_override(class) := {"slo": object.union(lib.classes[class].slo, {"latency_target_ms": ms})} if {
-	lib.classes[class].slo
-	ms := slo_ms
-	ms > 0
-} else := {}
+# extra is what a decision adds to its class template: the reason, and a
+# latency target from the pod label arbiter.io/slo-ms or the env
+# ARBITER_SLO_MS (milliseconds) for classes with an SLO. One object.union
+# per classification keeps evaluation cheap.
+extra(class, why) := {"reason": why, "slo": {"latency_target_ms": slo_ms, "percentile": s.percentile, "window_s": s.window_s}} if {
+	s := lib.classes[class].slo
+	slo_ms > 0
+} else := {"reason": why}
 
-slo_ms := to_number(lib.label(input.process, "arbiter.io/slo-ms")) if {
-	regex.match(`^[0-9]+(\.[0-9]+)?$`, lib.label(input.process, "arbiter.io/slo-ms"))
-} else := to_number(lib.env(input.process, "ARBITER_SLO_MS")) if {
-	regex.match(`^[0-9]+(\.[0-9]+)?$`, lib.env(input.process, "ARBITER_SLO_MS"))
+slo_ms := to_number(lib.label("arbiter.io/slo-ms")) if {
+	regex.match(`^[0-9]+(\.[0-9]+)?$`, lib.label("arbiter.io/slo-ms"))
+} else := to_number(lib.env("ARBITER_SLO_MS")) if {
+	regex.match(`^[0-9]+(\.[0-9]+)?$`, lib.env("ARBITER_SLO_MS"))
 }
 
-victims := lib.default_victims(input.state)
+victims := lib.default_victims

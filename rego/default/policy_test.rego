@@ -86,7 +86,7 @@ test_victims_suspend_on_busy_gpu if {
 		"requests": [{"pid": 1, "gpu": 0}],
 	}
 	v := arbiter.victims with input as {"apiVersion": "arbiter.io/v1", "node": {"hostname": "n", "time": "2026-01-10T12:00:00Z", "gpus": []}, "state": st}
-	v.suspend == [{"pid": 2, "gpus": [0], "reason": "latency-critical request on GPU [0]"}]
+	v.suspend == [{"pid": 2, "gpus": [0], "reason": "latency-critical request on a shared GPU"}]
 	v.throttle == []
 }
 

@@ -37,11 +37,13 @@ classes := {
 # with_reason returns decision d with its reason set.
 with_reason(d, reason) := object.union(d, {"reason": reason})
 
-# label is pod label key of process p; undefined outside a pod.
-label(p, key) := p.pod.labels[key]
+# label is the pod label key of the process being classified; undefined
+# outside a pod. (Helpers read input themselves: passing input.process as an
+# argument would make OPA hash the whole process on every call.)
+label(key) := input.process.pod.labels[key]
 
-# env is the allowlisted ARBITER_* variable key of process p.
-env(p, key) := p.env[key]
+# env is the allowlisted ARBITER_* variable key of the process.
+env(key) := input.process.env[key]
 
 # local_hour is the hour (0..23) of the node's clock in time zone tz.
 local_hour(node, tz) := time.clock([time.parse_rfc3339_ns(node.time), tz])[0]
@@ -63,52 +65,68 @@ in_hours(h, start, end) if {
 	h < end
 }
 
+# The control-loop helpers read input.state and input.node themselves and
+# are rules, not functions of the state: OPA evaluates a rule once per
+# query, and a 1,000-process state passed as an argument would be hashed on
+# every call.
+
 # busy_gpus are the GPUs with a latency-critical request in flight.
-busy_gpus(state) := {r.gpu | some r in state.requests}
+busy_gpus := {r.gpu | some r in input.state.requests}
 
 # missing_slo holds when class is below its SLO attainment target.
-missing_slo(state, class) if {
-	s := state.slo[class]
+missing_slo(class) if {
+	s := input.state.slo[class]
 	s.attainment < s.target
 }
 
 # preemptible are the processes the control loop may suspend: those whose
 # class asked for suspend or gate.
-preemptible(state) := [p |
-	some p in state.processes
+preemptible := [p |
+	some p in input.state.processes
 	p.mode in {"suspend", "gate"}
 ]
 
 # suspend_on_busy suspends every preemptible process on the GPUs where a
 # latency-critical request is in flight, on those GPUs only.
-suspend_on_busy(state) := [s |
-	some p in preemptible(state)
-	shared := {g | some g in p.gpus; g in busy_gpus(state)}
-	count(shared) > 0
-	s := {"pid": p.pid, "gpus": sort(shared), "reason": sprintf("latency-critical request on GPU %v", [sort(shared)])}
+suspend_on_busy := [s |
+	some p in preemptible
+	shared := sort([g | some g in p.gpus; busy_gpus[g]])
+	shared != []
+	s := {"pid": p.pid, "gpus": shared, "reason": "latency-critical request on a shared GPU"}
 ]
 
-# throttle_missing caps at share the timeslice-mode processes that share a
-# GPU with a higher-priority class below its SLO target, each process once.
-throttle_missing(state, share) := [t |
-	some pid in throttled(state)
+# missing_classes are the classes below their SLO attainment target.
+missing_classes := {c | some c, s in input.state.slo; s.attainment < s.target}
+
+# missing_priority is, per GPU, the highest priority of a class below its
+# SLO target running there.
+missing_priority[g] := max({x[1] | some x in missing_pairs; x[0] == g}) if some [g, _] in missing_pairs
+
+missing_pairs := {[g, object.get(p, "priority", 0)] |
+	some p in input.state.processes
+	p.class in missing_classes
+	some g in p.gpus
+}
+
+# throttled are the timeslice-mode processes sharing a GPU with a
+# higher-priority class below its SLO target.
+throttled := {p.pid |
+	some p in input.state.processes
+	p.mode == "timeslice"
+	some g in p.gpus
+	object.get(p, "priority", 0) < missing_priority[g]
+}
+
+# throttle_missing caps the throttled processes at share, each once.
+throttle_missing(share) := [t |
+	some pid in throttled
 	t := {"pid": pid, "max_gpu_share": share, "reason": "shares a GPU with a class below its SLO target"}
 ]
 
-throttled(state) := {p.pid |
-	some p in state.processes
-	p.mode == "timeslice"
-	some q in state.processes
-	object.get(p, "priority", 0) < object.get(q, "priority", 0)
-	missing_slo(state, q.class)
-	some g in p.gpus
-	g in q.gpus
-}
-
 # default_victims is the control loop most policies want.
-default_victims(state) := {
-	"suspend": suspend_on_busy(state),
-	"throttle": throttle_missing(state, 0.1),
+default_victims := {
+	"suspend": suspend_on_busy,
+	"throttle": throttle_missing(0.1),
 }
 
 # peers is GPU g's set of NVLink peers.
@@ -127,27 +145,27 @@ nvlinked(_, p, p)
 
 nvlinked(node, p, q) if q in peers(node, p)
 
-# load is how many preemptible processes use GPU g.
-load(state, g) := count([p | some p in preemptible(state); g in p.gpus])
-
 # pinned are the GPUs used by processes the control loop may not suspend.
-pinned(state) := {g |
-	some p in state.processes
+pinned := {g |
+	some p in input.state.processes
 	not p.mode in {"suspend", "gate"}
 	some g in p.gpus
 }
 
+# load is how many preemptible processes use each GPU.
+load := {g: count([p | some p in preemptible; g in p.gpus]) | some x in input.node.gpus; g := x.index}
+
 # nvlink_set is the NVLink-connected set of n GPUs, none pinned, whose
 # freeing suspends the fewest processes (ties: lowest GPU indexes);
 # undefined when the node has no such set.
-nvlink_set(node, state, n) := best[1] if {
+nvlink_set(n) := best[1] if {
 	candidates := {[cost, set] |
-		some x in node.gpus
-		usable := island(node, x.index) - pinned(state)
-		ordered := sort([[load(state, g), g] | some g in usable])
+		some x in input.node.gpus
+		usable := island(input.node, x.index) - pinned
+		ordered := sort([[load[g], g] | some g in usable])
 		count(ordered) >= n
 		set := sort([pair[1] | some pair in array.slice(ordered, 0, n)])
-		cost := count({p.pid | some p in preemptible(state); some g in p.gpus; g in set})
+		cost := count({p.pid | some p in preemptible; some g in p.gpus; g in set})
 	}
 	count(candidates) > 0
 	best := min(candidates)

@@ -29,9 +29,9 @@ test_with_reason if lib.with_reason({"class": "x"}, "why") == {"class": "x", "re
 
 test_label_and_env if {
 	p := {"pod": {"uid": "u", "labels": {"a": "b"}}, "env": {"ARBITER_CLASS": "c"}}
-	lib.label(p, "a") == "b"
-	lib.env(p, "ARBITER_CLASS") == "c"
-	not lib.label({}, "a")
+	lib.label("a") == "b" with input.process as p
+	lib.env("ARBITER_CLASS") == "c" with input.process as p
+	not lib.label("a") with input.process as {"pid": 1, "comm": "x"}
 }
 
 test_local_hour if {
@@ -48,21 +48,21 @@ test_in_hours if {
 }
 
 test_busy_and_missing if {
-	lib.busy_gpus(state) == {0}
-	lib.missing_slo(state, "latency-critical")
-	not lib.missing_slo(state, "best-effort")
+	lib.busy_gpus == {0} with input.state as state
+	lib.missing_slo("latency-critical") with input.state as state
+	not lib.missing_slo("best-effort") with input.state as state
 }
 
 test_suspend_on_busy if {
-	lib.suspend_on_busy(state) == [{"pid": 20, "gpus": [0], "reason": "latency-critical request on GPU [0]"}]
+	lib.suspend_on_busy == [{"pid": 20, "gpus": [0], "reason": "latency-critical request on a shared GPU"}] with input.state as state
 }
 
 test_throttle_missing if {
-	lib.throttle_missing(state, 0.2) == [{"pid": 40, "max_gpu_share": 0.2, "reason": "shares a GPU with a class below its SLO target"}]
+	lib.throttle_missing(0.2) == [{"pid": 40, "max_gpu_share": 0.2, "reason": "shares a GPU with a class below its SLO target"}] with input.state as state
 }
 
 test_default_victims if {
-	v := lib.default_victims(state)
+	v := lib.default_victims with input.state as state
 	count(v.suspend) == 1
 	count(v.throttle) == 1
 }
@@ -79,9 +79,9 @@ test_island_all_to_all if {
 
 test_nvlink_set_picks_least_loaded if {
 	# GPU 0 is pinned by latency-critical pid 10, so the pair 0-1 is out.
-	lib.nvlink_set(node, state, 2) == [2, 3]
-	lib.nvlink_set(node, state, 1) == [3]
-	not lib.nvlink_set(node, state, 3)
+	lib.nvlink_set(2) == [2, 3] with input as {"node": node, "state": state}
+	lib.nvlink_set(1) == [3] with input as {"node": node, "state": state}
+	not lib.nvlink_set(3) with input as {"node": node, "state": state}
 }
 
-test_pinned if lib.pinned(state) == {0}
+test_pinned if lib.pinned == {0} with input.state as state

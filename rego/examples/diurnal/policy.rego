@@ -17,7 +17,7 @@ period := "night" if night
 else := "day"
 
 classify := lib.with_reason(lib.classes[c], "pod label arbiter.io/class") if {
-	c := lib.label(input.process, "arbiter.io/class")
+	c := lib.label("arbiter.io/class")
 	lib.classes[c]
 	c == "latency-critical"
 } else := object.union(
@@ -26,6 +26,6 @@ classify := lib.with_reason(lib.classes[c], "pod label arbiter.io/class") if {
 )
 
 victims := {
-	"suspend": lib.suspend_on_busy(input.state),
-	"throttle": lib.throttle_missing(input.state, data.diurnal.throttle_share[period]),
+	"suspend": lib.suspend_on_busy,
+	"throttle": lib.throttle_missing(data.diurnal.throttle_share[period]),
 }

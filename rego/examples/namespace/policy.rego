@@ -12,7 +12,7 @@ import data.arbiter.lib
 default_decision := lib.with_reason(lib.classes["best-effort"], "not in a listed namespace")
 
 classify := lib.with_reason(lib.classes[c], "pod label arbiter.io/class") if {
-	c := lib.label(input.process, "arbiter.io/class")
+	c := lib.label("arbiter.io/class")
 	lib.classes[c]
 } else := object.union(lib.with_reason(lib.classes[ns.class], sprintf("namespace %s", [name])), overrides(ns)) if {
 	name := input.process.pod.namespace
@@ -25,4 +25,4 @@ overrides(ns) := {"slo": object.union(lib.classes[ns.class].slo, {"latency_targe
 	ns.latency_target_ms
 } else := {}
 
-victims := lib.default_victims(input.state)
+victims := lib.default_victims

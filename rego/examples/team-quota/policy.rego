@@ -28,4 +28,4 @@ else := {}
 
 # Quotas travel with each decision; the engine duty-cycles a process that
 # goes over its max_gpu_share. The control loop is the default one.
-victims := lib.default_victims(input.state)
+victims := lib.default_victims
