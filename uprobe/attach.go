@@ -49,6 +49,26 @@ func (l *attachedLibrary) info() Library {
 	return lib
 }
 
+// repath follows a library file to the path discovery now reaches it by
+// (the file replaced at its old path and still mapped by a process: its
+// map_files entry), so that later attaches in it (IFUNC implementations)
+// and Stats name this file, not its successor. The probes stay: the kernel
+// holds them by inode.
+func (l *attachedLibrary) repath(c candidate) {
+	if c.path == l.cand.path {
+		return
+	}
+	if cur, err := os.Stat(l.cand.path); err == nil {
+		if st, ok := cur.Sys().(*syscall.Stat_t); ok && (fileID{uint64(st.Dev), st.Ino}) == l.cand.id {
+			return // the old path still names this file
+		}
+	}
+	l.cand = c
+	if ex, err := link.OpenExecutable(c.path); err == nil {
+		l.ex = ex
+	}
+}
+
 // close detaches every probe. The links are independent, and each detach
 // waits for a kernel grace period (tens of ms on a paravirtualized guest),
 // so they are closed concurrently; errors are joined in reverse order of

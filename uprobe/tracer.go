@@ -360,7 +360,8 @@ func (t *Tracer) rescan() error {
 	warns := []error{other}
 	for _, c := range cands {
 		present[c.id] = true
-		if _, ok := t.libraries[c.id]; ok {
+		if l, ok := t.libraries[c.id]; ok {
+			l.repath(c)
 			continue
 		}
 		l, err := attachLibrary(t.plan(), c)

@@ -298,7 +298,11 @@ func waitLibrary(t testing.TB, tr *Tracer, match func(Library) bool, present boo
 		}
 	notYet:
 		if time.Now().After(deadline) {
-			t.Fatalf("library present=%v not reached; stats %+v", present, s)
+			var libs []string
+			for _, l := range s.Libraries {
+				libs = append(libs, fmt.Sprintf("%s (inode %d, %d attached, error %q)", l.Path, l.Inode, len(l.Attached), l.Error))
+			}
+			t.Fatalf("library present=%v not reached; libraries:\n%s", present, strings.Join(libs, "\n"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -775,4 +779,68 @@ func TestDeliveryLatency(t *testing.T) {
 		}
 		tr.Close()
 	}
+}
+
+// TestReplacedLibrary plays a driver upgrade: the library file is replaced
+// (a new inode at the same path) while a process still runs the old one.
+// Both files are probed, each process is captured, and the old file is
+// detached once its last process has exited.
+func TestReplacedLibrary(t *testing.T) {
+	r := newRig(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "libcuda.so.1")
+	copyLib(t, r.stub.Lib, path)
+	oldID := statID(t, path)
+	env := []string{"LD_LIBRARY_PATH=" + dir}
+	oldProc := r.start(t, env, true, "calls", "60")
+	r.expose(t, int(oldProc.pid))
+	o := r.options()
+	o.Libraries = []string{path}
+	o.RescanInterval = 100 * time.Millisecond
+	tr := openTracer(t, o)
+
+	// The upgrade: a new file renamed over the old path.
+	copyLib(t, r.stub.Lib, path+".new")
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	newID := statID(t, path)
+	old := waitLibrary(t, tr, func(l Library) bool { return l.Inode == oldID.ino && strings.Contains(l.Path, "map_files") }, true)
+	waitLibrary(t, tr, func(l Library) bool { return l.Inode == newID.ino && l.Path == path }, true)
+	t.Logf("old file now attached through %s", old.Path)
+
+	newProc := r.start(t, env, true, "calls", "60")
+	r.expose(t, int(newProc.pid))
+	checkers := map[uint32]*callChecker{oldProc.pid: {pid: oldProc.pid}, newProc.pid: {pid: newProc.pid}}
+	oldProc.send(t, "go")
+	newProc.send(t, "go")
+	exits := 0
+	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
+		c, ok := checkers[ev.PID]
+		switch {
+		case !ok || ev.Kind == trace.KindExec:
+		case ev.Kind == trace.KindExit:
+			exits++
+		default:
+			c.check(ev)
+		}
+		return exits == 2
+	})
+	oldProc.wait(t)
+	newProc.wait(t)
+	for _, c := range checkers {
+		if c.next != 60 || c.mismatches != 0 {
+			t.Errorf("pid %d: %d calls seen, %d mismatched\n%s", c.pid, c.next, c.mismatches, strings.Join(c.first, "\n"))
+		}
+	}
+	// No process maps the old file any more.
+	waitLibrary(t, tr, func(l Library) bool { return l.Inode == oldID.ino }, false)
+}
+
+func statID(t *testing.T, path string) fileID {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return fileID{uint64(st.Dev), st.Ino}
 }
