@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-arbiter/arbiter/internal/testenv"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -32,26 +33,95 @@ func TestGPUValidate(t *testing.T) {
 	if victim == "" {
 		t.Skip("hardware validation: run scripts/gpu-validate-nvrm.sh on a GPU server")
 	}
-	trials := 100
+	cfg := gpuConfig{victim: []string{victim}, trials: 100, stopLimit: time.Second, variantTrials: 10}
 	if s := os.Getenv("ARBITER_GPU_TRIALS"); s != "" {
-		trials, _ = strconv.Atoi(s)
+		cfg.trials, _ = strconv.Atoi(s)
 	}
-	var md strings.Builder
-	defer func() {
-		if p := os.Getenv("ARBITER_GPU_REPORT"); p != "" {
-			if err := os.WriteFile(p, []byte(md.String()), 0o644); err != nil {
-				t.Error(err)
-			}
-		}
-		t.Log("\n" + md.String())
-	}()
-
 	layout, err := DetectLayout("/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(&md, "Driver %s (GPFIFO_SCHEDULE %d bytes). Victim: %s.\n\n", layout.Version, layout.ScheduleSize, victim)
-	tr, err := NewTracer(nil)
+	cfg.controller = ControllerOptions{Layout: layout}
+	cfg.report = os.Getenv("ARBITER_GPU_REPORT")
+	report, failures := validateGPU(t, cfg)
+	t.Log("\n" + report)
+	if len(failures) > 0 {
+		t.Errorf("validation failed: %v", failures)
+	}
+}
+
+// TestGPUValidateStandin runs the hardware procedure against the
+// stand-in, whose "kernel" is a CPU thread nothing can suspend: the
+// procedure must run through and report exactly that, so that a harness
+// bug does not first show on a GPU server.
+func TestGPUValidateStandin(t *testing.T) {
+	testenv.Privileged(t)
+	bin, ctl := buildStandin(t)
+	cfg := gpuConfig{
+		victim:        []string{bin, ctl, "--spin"},
+		tracer:        TracerOptions{ControlRdev: standinRdev, AcceptErrno: unix.ENOTTY},
+		controller:    ControllerOptions{Layout: mustLayout(t, "575.51.03"), ControlRdev: standinRdev, AcceptErrno: unix.ENOTTY},
+		trials:        2,
+		stopLimit:     50 * time.Millisecond,
+		variantTrials: 1,
+	}
+	report, failures := validateGPU(t, cfg)
+	for _, want := range []string{
+		"Driver 575.51.03 (GPFIFO_SCHEDULE 3 bytes)",
+		"| 1 | rm_alloc |",
+		"channel-group | graphics |",
+		"channel group 0x5c000003 engine graphics, 1 channels, timeslice 2000 by \"process\"",
+		"| 0x5c000003 | graphics | SET_TIMESLICE | 1000 µs | NV_OK |",
+		"| 0x5c000011 | graphics | SET_INTERLEAVE_LEVEL | high | NV_OK |",
+		"trial 0: kernel still running 50ms after Suspend",
+		"| GPFIFO_SCHEDULE{0} only | 0/1 |",
+		"Victim's verification after the trials: `correct: stand-in",
+		"| exit | 0 | 0x0 |  | 0x0 |  |  |",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if len(failures) != 2 || !strings.Contains(failures[0], "still running") {
+		t.Errorf("failures: %q", failures)
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Log("\n" + report)
+	}
+}
+
+// gpuConfig parameterizes the validation procedure.
+type gpuConfig struct {
+	victim     []string // command line of the victim
+	tracer     TracerOptions
+	controller ControllerOptions
+	trials     int
+	// stopLimit is how long the victim may run on after Suspend before
+	// the trial fails; variantTrials the trials of the disable-only and
+	// preempt-only variants.
+	stopLimit     time.Duration
+	variantTrials int
+	// report, where set, receives the Markdown report, also when the
+	// procedure stops half-way.
+	report string
+}
+
+// validateGPU runs the procedure and returns its Markdown report and the
+// failures it found.
+func validateGPU(t *testing.T, cfg gpuConfig) (string, []string) {
+	t.Helper()
+	var md strings.Builder
+	var failures []string
+	if cfg.report != "" {
+		defer func() {
+			if err := os.WriteFile(cfg.report, []byte(md.String()), 0o644); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	layout := cfg.controller.Layout
+	fmt.Fprintf(&md, "Driver %s (GPFIFO_SCHEDULE %d bytes). Victim: %s.\n\n", layout.Version, layout.ScheduleSize, strings.Join(cfg.victim, " "))
+	tr, err := NewTracer(&cfg.tracer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +130,7 @@ func TestGPUValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := NewController(reg, &ControllerOptions{Layout: layout})
+	ctrl, err := NewController(reg, &cfg.controller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +138,7 @@ func TestGPUValidate(t *testing.T) {
 
 	// The victim: a CUDA process spinning one kernel that writes the GPU
 	// global timer and a counter into host-mapped memory.
-	cmd := exec.Command(victim)
+	cmd := exec.Command(cfg.victim[0], cfg.victim[1:]...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -100,7 +170,9 @@ func TestGPUValidate(t *testing.T) {
 	md.WriteString("### Allocation sequence traced\n\n| # | call | fd | client | parent | object | class | engine / value |\n|---|---|---|---|---|---|---|---|\n")
 	n := 0
 	var followErrs []error
-	collect := func(quiet time.Duration) {
+	// collect applies the victim's traced calls until none came for quiet,
+	// writing a table row for each into w.
+	collect := func(w *strings.Builder, quiet time.Duration) {
 		for {
 			tr.SetDeadline(time.Now().Add(quiet))
 			var ev trace.Event
@@ -126,13 +198,17 @@ func TestGPUValidate(t *testing.T) {
 			case ev.Kind == trace.KindRMControl:
 				extra = fmt.Sprintf("%s %d", Control(rm.Cmd), rm.Value)
 			}
-			fmt.Fprintf(&md, "| %d | %s | %d | %#x | %#x | %#x | %s | %s |\n", n, ev.Kind, rm.FD, rm.Client, rm.Parent, rm.Object, Class(rm.Class), extra)
+			parent, class := fmt.Sprintf("%#x", rm.Parent), Class(rm.Class).String()
+			if ev.Kind == trace.KindRMControl || ev.Kind == trace.KindExit {
+				parent, class = "", ""
+			}
+			fmt.Fprintf(w, "| %d | %s | %d | %#x | %s | %#x | %s | %s |\n", n, ev.Kind, rm.FD, rm.Client, parent, rm.Object, class, extra)
 			if err := ctrl.Follow(reg.Apply(&ev)); err != nil {
 				followErrs = append(followErrs, err)
 			}
 		}
 	}
-	collect(time.Second)
+	collect(&md, time.Second)
 	p, err := reg.Process(pid)
 	if err != nil {
 		t.Fatalf("victim's allocations not traced: %v", err)
@@ -178,7 +254,11 @@ func TestGPUValidate(t *testing.T) {
 				}
 				return f.control(g, CtrlGetTimeslice, unsafe.Pointer(&got), uint32(unsafe.Sizeof(got)))
 			})
-			fmt.Fprintf(&md, "| %#x | %s | SET_TIMESLICE | %d µs | %s | %d µs |\n", g.Handle, g.Engine, us, status(err), got.TimesliceUs)
+			arg := fmt.Sprintf("%d µs", us)
+			if us == 0 {
+				arg = "(read only)"
+			}
+			fmt.Fprintf(&md, "| %#x | %s | SET_TIMESLICE | %s | %s | %d µs |\n", g.Handle, g.Engine, arg, status(err), got.TimesliceUs)
 		}
 		for _, l := range []InterleaveLevel{InterleaveLow, InterleaveHigh, InterleaveMedium} {
 			var got InterleaveParams
@@ -225,8 +305,7 @@ func TestGPUValidate(t *testing.T) {
 	}
 	type sample struct{ call, stop, resumeCall, restart time.Duration }
 	var samples []sample
-	var failures []string
-	for i := range trials {
+	for i := range cfg.trials {
 		_, c := progress()
 		if _, ok := waitProgress(c, time.Second); !ok {
 			failures = append(failures, fmt.Sprintf("trial %d: victim not running before suspend", i))
@@ -240,9 +319,9 @@ func TestGPUValidate(t *testing.T) {
 			_ = ctrl.Resume(pid, -1)
 			break
 		}
-		last, stopped := lastProgress(t0, 20*time.Millisecond, time.Second)
+		last, stopped := lastProgress(t0, 20*time.Millisecond, cfg.stopLimit)
 		if !stopped {
-			failures = append(failures, fmt.Sprintf("trial %d: kernel still running 1 s after Suspend", i))
+			failures = append(failures, fmt.Sprintf("trial %d: kernel still running %v after Suspend", i, cfg.stopLimit))
 		}
 		_, c = progress()
 		t2 := time.Now()
@@ -260,7 +339,7 @@ func TestGPUValidate(t *testing.T) {
 		samples = append(samples, sample{t1.Sub(t0), last.Sub(t0), t3.Sub(t2), again.Sub(t2)})
 	}
 	md.WriteString("\n### Suspend (GPFIFO_SCHEDULE{0} + PREEMPT{bWait}) and resume, all groups\n\n")
-	fmt.Fprintf(&md, "%d of %d trials completed. Stop latency: from the Suspend call to the victim's last observed progress (polled with process_vm_readv); restart: from the Resume call to its first progress.\n\n", len(samples), trials)
+	fmt.Fprintf(&md, "%d of %d trials completed. Stop latency: from the Suspend call to the victim's last observed progress (polled with process_vm_readv); restart: from the Resume call to its first progress.\n\n", len(samples), cfg.trials)
 	md.WriteString("| measure | p50 | p99 | max |\n|---|---|---|---|\n")
 	for _, m := range []struct {
 		name string
@@ -284,7 +363,7 @@ func TestGPUValidate(t *testing.T) {
 
 	// 4. The unknowns: does disabling alone evict a resident group? Does
 	// PREEMPT alone stop it (it stays in the runlist)?
-	md.WriteString("\n\n### Disable alone, preempt alone (10 trials each)\n\n| variant | stopped within 1 s | median stop |\n|---|---|---|\n")
+	fmt.Fprintf(&md, "\n\n### Disable alone, preempt alone (%d trials each)\n\n| variant | stopped within %v | median stop |\n|---|---|---|\n", cfg.variantTrials, cfg.stopLimit)
 	for _, v := range []struct {
 		name string
 		fn   func(f *rmFile, g Group) error
@@ -300,7 +379,7 @@ func TestGPUValidate(t *testing.T) {
 		stoppedN := 0
 		var stops []time.Duration
 		var lastErr error
-		for range 10 {
+		for range cfg.variantTrials {
 			_, c := progress()
 			waitProgress(c, time.Second)
 			t0 := time.Now()
@@ -308,7 +387,7 @@ func TestGPUValidate(t *testing.T) {
 				lastErr = err
 				break
 			}
-			last, stopped := lastProgress(t0, 20*time.Millisecond, time.Second)
+			last, stopped := lastProgress(t0, 20*time.Millisecond, cfg.stopLimit)
 			if stopped {
 				stoppedN++
 				stops = append(stops, last.Sub(t0))
@@ -321,7 +400,7 @@ func TestGPUValidate(t *testing.T) {
 			}
 		}
 		p50, _, _ := percentiles(stops)
-		fmt.Fprintf(&md, "| %s | %d/10 | %v |", v.name, stoppedN, p50)
+		fmt.Fprintf(&md, "| %s | %d/%d | %v |", v.name, stoppedN, cfg.variantTrials, p50)
 		if lastErr != nil {
 			fmt.Fprintf(&md, " error: %s", status(lastErr))
 		}
@@ -333,12 +412,20 @@ func TestGPUValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	verdict, _ := out.ReadString('\n')
-	collect(200 * time.Millisecond)
+	var later strings.Builder
+	collect(&later, 200*time.Millisecond)
 	fmt.Fprintf(&md, "\n### After resume\n\nVictim's verification after the trials: `%s`.\n", strings.TrimSpace(verdict))
 	fmt.Fprintf(&md, "Re-applying Arbiter's timeslice after the victim's own: %d errors (%v).\n", len(followErrs), followErrs)
-	if len(failures) > 0 || !strings.HasPrefix(verdict, "correct") {
-		t.Errorf("validation failed: %v, victim %q", failures, verdict)
+	if later.Len() > 0 {
+		md.WriteString("\nCalls the victim made after its context was set up (does CUDA re-apply its timeslice?):\n\n| # | call | fd | client | parent | object | class | engine / value |\n|---|---|---|---|---|---|---|---|\n")
+		md.WriteString(later.String())
+	} else {
+		md.WriteString("\nThe victim made no traced call after its context was set up.\n")
 	}
+	if !strings.HasPrefix(verdict, "correct") {
+		failures = append(failures, fmt.Sprintf("victim after resume: %q", strings.TrimSpace(verdict)))
+	}
+	return md.String(), failures
 }
 
 // percentiles returns the p50, p99 and maximum of v.

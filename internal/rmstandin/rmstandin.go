@@ -53,7 +53,7 @@ func Build(dir string) (string, error) {
 		return "", fmt.Errorf("rmstandin: %w", err)
 	}
 	bin := filepath.Join(dir, "rmstandin")
-	out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", bin, src).CombinedOutput()
+	out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-pthread", "-o", bin, src).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("rmstandin: gcc: %w\n%s", err, out)
 	}

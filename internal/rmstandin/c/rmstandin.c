@@ -10,19 +10,47 @@
 // shared with the Go package, so the two are independent checks of the
 // layout.
 //
-// Usage: rmstandin CONTROL-FILE
+// Usage: rmstandin CONTROL-FILE [--spin]
 // Prints "ready FD" once the context's objects are "allocated", then
 // reads commands on stdin: "timeslice US" (a SET_TIMESLICE on the compute
 // channel group, as CUDA issues), "free-copy" (frees the copy-engine
 // channel group), "exit". EOF exits too.
+//
+// With --spin it plays the GPU validation's victim instead: a thread
+// stands in for the spinning kernel, advancing {time ns, count, stop} in
+// memory; it prints "ready ADDR" (the struct's address) and, on "stop",
+// stops the thread and prints "correct: stand-in". Nothing suspends a
+// CPU thread, so a validation run against it must report that the
+// "kernel" never stopped.
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
+
+struct progress {
+	volatile uint64_t ns, count, stop;
+};
+
+static struct progress prog;
+
+static void *spin(void *arg)
+{
+	(void)arg;
+	struct timespec ts;
+	while (!prog.stop) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		prog.ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		prog.count++;
+		usleep(1);
+	}
+	return NULL;
+}
 
 typedef struct {
 	uint32_t hRoot, hObjectParent, hObjectOld, status;
@@ -123,8 +151,9 @@ static void control(uint32_t obj, uint32_t cmd, void *params, uint32_t size)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: rmstandin CONTROL-FILE\n");
+	int spinning = argc == 3 && strcmp(argv[2], "--spin") == 0;
+	if (argc != 2 && !spinning) {
+		fprintf(stderr, "usage: rmstandin CONTROL-FILE [--spin]\n");
 		return 2;
 	}
 	// Another device first, so the control file is not the lowest
@@ -176,6 +205,24 @@ int main(int argc, char **argv)
 	uint8_t sched[3] = {1, 0, 0};
 	control(H_TSG_GR, 0xA06C0101, sched, 3);
 	control(H_TSG_CE, 0xA06C0101, sched, 3);
+
+	if (spinning) {
+		pthread_t th;
+		if (pthread_create(&th, NULL, spin, NULL))
+			return 2;
+		while (!prog.count)
+			usleep(10);
+		printf("ready %p\n", (void *)&prog);
+		fflush(stdout);
+		char cmd[64];
+		if (!fgets(cmd, sizeof(cmd), stdin) || strncmp(cmd, "stop", 4) != 0)
+			return 3;
+		prog.stop = 1;
+		pthread_join(th, NULL);
+		printf("correct: stand-in, count %llu\n", (unsigned long long)prog.count);
+		fflush(stdout);
+		return 0;
+	}
 
 	printf("ready %d\n", ctl);
 	fflush(stdout);
