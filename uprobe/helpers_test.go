@@ -71,13 +71,15 @@ type proc struct {
 	debug strings.Builder
 }
 
-// start runs the exerciser (or argv[0] of a full command when name is not
-// empty). With wait set, it blocks until go is called.
+// start runs the exerciser with args. With wait set, the exerciser blocks
+// until the test sends it a line.
 func (r *rig) start(t testing.TB, env []string, wait bool, args ...string) *proc {
 	t.Helper()
 	return startCmd(t, exec.Command(r.exercise, args...), env, wait)
 }
 
+// startCmd starts cmd with env added, EXERCISE_WAIT set if wait, and kills
+// it at the end of the test if it is still running.
 func startCmd(t testing.TB, cmd *exec.Cmd, env []string, wait bool) *proc {
 	t.Helper()
 	cmd.Env = append(os.Environ(), env...)

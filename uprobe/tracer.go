@@ -454,6 +454,8 @@ func (t *Tracer) scanProcess(pid uint32) {
 		if err != nil {
 			l = &attachedLibrary{cand: c, err: err}
 		}
+		t.seq++
+		l.seq = t.seq
 		t.libraries[c.id] = l
 	}
 }
