@@ -210,3 +210,38 @@ func BenchmarkDecode(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
+
+// BenchmarkReaderDrain measures the Go side alone, end to end: a workload
+// fills the ring while nobody reads, then Read drains it (ring buffer,
+// decode, batch hand-off) as fast as it can. The kernel producer cannot
+// reach this rate on this machine, so it is measured on a pre-filled ring.
+func BenchmarkReaderDrain(b *testing.B) {
+	r := newRig(b)
+	calls := 140_000 // fits the 16 MiB ring with the reader's queue
+	p := r.start(b, nil, true, "calls", strconv.Itoa(calls))
+	o := r.options()
+	o.PIDs = []uint32{p.pid}
+	tr, err := Open(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	p.send(b, "go")
+	p.wait(b)
+	want := calls + 1 // and the exit
+	var ev trace.Event
+	// The timer keeps running through the fill so that the harness runs
+	// this once (the drain alone is far below -benchtime).
+	start := time.Now()
+	for i := 0; i < want; i++ {
+		if err := tr.Read(&ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wall := time.Since(start)
+	if s := tr.Stats(); s.Drops != 0 || ev.Kind != trace.KindExit {
+		b.Errorf("%d drops; last event %v", s.Drops, ev.Kind)
+	}
+	b.ReportMetric(float64(want)/wall.Seconds(), "events/s")
+	b.ReportMetric(float64(tr.Stats().Drops), "drops")
+}
