@@ -40,8 +40,11 @@ var ErrNeedsEngine = errors.New("baseline arbiter: not yet available: needs the 
 // Process describes a simulated process to a closed-loop controller: what a
 // live engine learns from policy classification and the node inventory.
 type Process struct {
-	PID   uint32
-	Name  string
+	PID  uint32
+	Name string
+	// Group is the spec workload the process belongs to (replicas of one
+	// LC workload share it).
+	Group string
 	Class sim.Class
 	GPU   int
 	// SLO is the LC workload's objective, nil if none.
@@ -175,12 +178,17 @@ func Run(ctx context.Context, cfg *Config) (*report.Report, error) {
 	return rep, nil
 }
 
-// runExclusive runs each workload alone.
+// runExclusive runs each spec workload (with all its replicas) alone.
 func runExclusive(ctx context.Context, cfg *Config) (*report.Baseline, error) {
 	agg := &report.Baseline{PIDs: map[uint32]string{}}
 	var busy uint64
-	for i := range cfg.Workloads {
-		w := &cfg.Workloads[i]
+	for _, group := range groups(cfg.Workloads) {
+		var ws []workload.Workload
+		for _, w := range cfg.Workloads {
+			if w.Group == group {
+				ws = append(ws, w)
+			}
+		}
 		opts := cfg.Options
 		opts.Mode = sim.ModeTimeslice
 		opts.TimelineWindow = 0
@@ -188,15 +196,17 @@ func runExclusive(ctx context.Context, cfg *Config) (*report.Baseline, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.Add(process(w, cfg)); err != nil {
-			return nil, err
+		progs := workload.Programs(ws, cfg.Seed, uint64(cfg.Duration))
+		for i := range ws {
+			if _, err := s.Add(process(&ws[i], progs[i])); err != nil {
+				return nil, err
+			}
 		}
-		if err := run(ctx, s, cfg, Exclusive+"/"+w.Name); err != nil {
-			return nil, fmt.Errorf("workload %s alone: %w", w.Name, err)
+		if err := run(ctx, s, cfg, Exclusive+"/"+group); err != nil {
+			return nil, fmt.Errorf("workload %s alone: %w", group, err)
 		}
 		st := s.Stats()
-		one := summarize(st, cfg, []workload.Workload{*w})
-		one.PerGPU = nil
+		one := summarize(st, cfg, ws)
 		agg.LC = append(agg.LC, one.LC...)
 		agg.BE = append(agg.BE, one.BE...)
 		agg.PreemptionsPerS += one.PreemptionsPerS
@@ -210,6 +220,17 @@ func runExclusive(ctx context.Context, cfg *Config) (*report.Baseline, error) {
 	}
 	agg.GPUUtilization = float64(busy) / (float64(cfg.Duration) * float64(max(cfg.Options.GPUs, 1)))
 	return agg, nil
+}
+
+// groups lists the spec workloads in order of first appearance.
+func groups(ws []workload.Workload) []string {
+	var out []string
+	for _, w := range ws {
+		if !slices.Contains(out, w.Group) {
+			out = append(out, w.Group)
+		}
+	}
+	return out
 }
 
 // runShared runs all workloads together under one baseline.
@@ -229,13 +250,14 @@ func runShared(ctx context.Context, cfg *Config, name string) (*report.Baseline,
 		return nil, err
 	}
 	var procs []Process
+	progs := workload.Programs(cfg.Workloads, cfg.Seed, uint64(cfg.Duration))
 	for i := range cfg.Workloads {
 		w := &cfg.Workloads[i]
-		pid, err := s.Add(process(w, cfg))
+		pid, err := s.Add(process(w, progs[i]))
 		if err != nil {
 			return nil, err
 		}
-		procs = append(procs, Process{PID: pid, Name: w.Name, Class: w.Class, GPU: w.GPU, SLO: w.SLO})
+		procs = append(procs, Process{PID: pid, Name: w.Name, Group: w.Group, Class: w.Class, GPU: w.GPU, SLO: w.SLO})
 	}
 	var ctl Controller
 	if newCtl != nil {
@@ -306,9 +328,8 @@ func (r scriptedRunner) Actions() report.Actions {
 		Timeslices: st.Timeslices, Interleaves: st.Interleaves}
 }
 
-func process(w *workload.Workload, cfg *Config) sim.Process {
-	return sim.Process{Name: w.Name, Class: w.Class, GPU: w.GPU, Program: w.Program(cfg.Seed, uint64(cfg.Duration)),
-		Interleave: 1}
+func process(w *workload.Workload, prog sim.Program) sim.Process {
+	return sim.Process{Name: w.Name, Class: w.Class, GPU: w.GPU, Program: prog, Interleave: engine.InterleaveMedium}
 }
 
 func run(ctx context.Context, s *sim.Simulator, cfg *Config, name string) error {
@@ -353,6 +374,8 @@ func summarize(st sim.Stats, cfg *Config, ws []workload.Workload) *report.Baseli
 			PreemptionsPerS: float64(g.Preemptions) / secs, SwitchesPerS: float64(g.Switches) / secs})
 	}
 	b.GPUUtilization = float64(busy) / (float64(cfg.Duration) * float64(len(st.GPUs)))
+	lcs := map[string]*lcGroup{}
+	var lcOrder []string
 	for i, p := range st.Procs {
 		w := &ws[i]
 		b.PIDs[p.PID] = p.Name
@@ -360,18 +383,37 @@ func summarize(st sim.Stats, cfg *Config, ws []workload.Workload) *report.Baseli
 		b.Kernels.Completed += p.KernelsCompleted
 		b.Kernels.InFlight += p.KernelsInFlight
 		if p.Class == sim.ClassLC {
-			b.LC = append(b.LC, lcResult(&p, w))
+			g := lcs[w.Group]
+			if g == nil {
+				g = &lcGroup{w: w, gpu: p.GPU}
+				lcs[w.Group] = g
+				lcOrder = append(lcOrder, w.Group)
+			}
+			g.lat.Merge(p.Latency)
+			g.requests += p.Requests
+			g.inFlight += p.RequestsBegun - p.Requests
 			continue
 		}
 		b.BE = append(b.BE, report.BE{Name: p.Name, GPU: p.GPU, Kernels: p.KernelsCompleted,
 			Throughput: float64(p.CompletedWork) / float64(cfg.Duration), Preempted: p.Preempted})
 	}
+	for _, name := range lcOrder {
+		b.LC = append(b.LC, lcs[name].result())
+	}
 	return b
 }
 
-func lcResult(p *sim.ProcStats, w *workload.Workload) report.LC {
-	h := p.Latency
-	l := report.LC{Name: p.Name, GPU: p.GPU, Requests: p.Requests, InFlight: p.RequestsBegun - p.Requests,
+// lcGroup gathers the replicas of one LC workload.
+type lcGroup struct {
+	w                  *workload.Workload
+	gpu                int
+	lat                hist.Histogram
+	requests, inFlight uint64
+}
+
+func (g *lcGroup) result() report.LC {
+	h, w := &g.lat, g.w
+	l := report.LC{Name: w.Group, GPU: g.gpu, Requests: g.requests, InFlight: g.inFlight,
 		MeanNS: h.Mean(), P50NS: h.Quantile(0.5), P99NS: h.Quantile(0.99), P999NS: h.Quantile(0.999), MaxNS: h.Max(),
 		CDF: h.CDF(200), Latency: h}
 	if l.CDF == nil {

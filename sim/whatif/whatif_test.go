@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -254,5 +255,48 @@ func TestReplayFidelity(t *testing.T) {
 	near := func(got uint64, want float64) bool { return float64(got) > want*0.95 && float64(got) < want*1.05 }
 	if l.Requests < 315 || !near(l.P50NS, 1174e3) || !near(l.P99NS, 3265e3) {
 		t.Errorf("replayed alone: %d requests, p50 %d ns, p99 %d ns; recorded 322, 1174 µs, 3265 µs", l.Requests, l.P50NS, l.P99NS)
+	}
+}
+
+// TestReplicas: a service bound by host work (3 ms of CPU, 1 ms of GPU per
+// request) that one server barely keeps up with serves the same requests
+// with two replicas, and its tail shrinks.
+func TestReplicas(t *testing.T) {
+	spec := func(n int) string {
+		return fmt.Sprintf(`
+gpus: 1
+lc:
+  - name: svc
+    gpu: 0
+    replicas: %d
+    arrival: {process: poisson, rate: 230}
+    request:
+      - kernel: {count: 4, duration: {dist: exp, mean: 250us}}
+      - host: {duration: 3ms}
+`, n)
+	}
+	p99 := map[int]uint64{}
+	reqs := map[int]uint64{}
+	for _, n := range []int{1, 2} {
+		f, err := workload.Parse([]byte(spec(n)), "svc.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Run(context.Background(), config(t, f, 5*time.Second, 1, Exclusive, Timeslice))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := lc(t, r, Timeslice, "svc")
+		if len(r.Baselines[1].LC) != 1 {
+			t.Fatalf("replicas not merged: %+v", r.Baselines[1].LC)
+		}
+		p99[n], reqs[n] = l.P99NS, l.Requests+l.InFlight
+	}
+	if reqs[1] < reqs[2]-5 || reqs[1] > reqs[2] {
+		t.Errorf("requests: %d with one server, %d with two", reqs[1], reqs[2])
+	}
+	t.Logf("p99: one server %v, two %v", time.Duration(p99[1]), time.Duration(p99[2]))
+	if p99[2]*2 > p99[1] {
+		t.Errorf("p99 %d ns with two replicas, %d with one: want at least halved", p99[2], p99[1])
 	}
 }

@@ -102,6 +102,7 @@ func TestParseErrors(t *testing.T) {
 		{"decreasing times", strings.Replace(base(""), "{process: poisson, rate: 10}", "{process: trace, times: [2ms, 1ms]}", 1), "lc[0].arrival.times[1]: 1ms"},
 		{"bad request_end", "gpus: 1\nreplay: [{file: x, processes: [{pid: 1, name: a, class: lc, gpu: 0, request_end: never}]}]\n", `replay[0].processes[0].request_end: "never": want gap or sync`},
 		{"pid and comm", "gpus: 1\nreplay: [{file: x, processes: [{pid: 1, comm: a, name: a, class: lc, gpu: 0}]}]\n", "replay[0].processes[0]: give exactly one of pid and comm"},
+		{"too many replicas", base("    replicas: 65\n"), "x.yaml:8: lc[0].replicas: 65: must be between 1 and 64"},
 		{"bad model", "gpus: 1\nmodel: {granularity: warp}\nbe: [{name: b, gpu: 0, kernel: 1ms}]\n", `x.yaml:2: model.granularity: "warp"`},
 	}
 	for _, c := range cases {

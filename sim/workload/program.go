@@ -3,8 +3,8 @@ package workload
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"hash/fnv"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -19,7 +19,12 @@ import (
 // Workload is one process of a spec, ready to be simulated any number of
 // times (once per baseline).
 type Workload struct {
-	Name  string
+	// Name is the process's name: the spec's name, or NAME/i for replica i
+	// of an LC workload with replicas.
+	Name string
+	// Group is the spec workload it belongs to: reports merge replicas by
+	// it.
+	Group string
 	Class sim.Class
 	GPU   int
 	// SLO is set for LC workloads that have one.
@@ -27,12 +32,39 @@ type Workload struct {
 	// Source says where it comes from: "lc", "be" or "replay:FILE".
 	Source string
 
-	newProgram func(seed, horizon uint64) sim.Program
+	newProgram    func(seed, horizon uint64, d *dispatcher) sim.Program
+	newDispatcher func(seed, horizon uint64) *dispatcher // LC workloads
 }
 
-// Program returns a fresh host program for a run with the given seed that
-// ends at horizon (virtual ns): LC arrivals stop there.
-func (w *Workload) Program(seed, horizon uint64) sim.Program { return w.newProgram(seed, horizon) }
+// Program returns a fresh host program for a run of this workload alone
+// with the given seed that ends at horizon (virtual ns): LC arrivals stop
+// there. Replicas that run together must come from Programs.
+func (w *Workload) Program(seed, horizon uint64) sim.Program {
+	var d *dispatcher
+	if w.newDispatcher != nil {
+		d = w.newDispatcher(seed, horizon)
+	}
+	return w.newProgram(seed, horizon, d)
+}
+
+// Programs returns fresh host programs for workloads that run together:
+// the replicas of one LC workload among them share its request queue.
+func Programs(ws []Workload, seed, horizon uint64) []sim.Program {
+	shared := map[string]*dispatcher{}
+	progs := make([]sim.Program, len(ws))
+	for i := range ws {
+		w := &ws[i]
+		var d *dispatcher
+		if w.newDispatcher != nil {
+			if d = shared[w.Group]; d == nil {
+				d = w.newDispatcher(seed, horizon)
+				shared[w.Group] = d
+			}
+		}
+		progs[i] = w.newProgram(seed, horizon, d)
+	}
+	return progs
+}
 
 // Options returns the simulator options the spec's model asks for (GPUs
 // and model overrides; the caller sets Mode and the run's extras).
@@ -75,18 +107,30 @@ func (f *File) Workloads() ([]Workload, error) {
 		if pending == 0 {
 			pending = defaultPending
 		}
-		out = append(out, Workload{
-			Name: lc.Name, Class: sim.ClassLC, GPU: lc.GPU, SLO: lc.SLO, Source: "lc",
-			newProgram: func(seed, horizon uint64) sim.Program {
-				h := nameHash(lc.Name)
-				return &lcProgram{
-					arr:     newArrivals(&lc.Arrival, times, rand.New(rand.NewPCG(seed, h))),
-					svc:     rand.New(rand.NewPCG(seed, ^h)),
-					steps:   steps,
-					horizon: horizon, maxPending: pending, name: lc.Name,
-				}
-			},
-		})
+		h := nameHash(lc.Name)
+		newDispatcher := func(seed, horizon uint64) *dispatcher {
+			return &dispatcher{
+				name:    lc.Name,
+				arr:     newArrivals(&lc.Arrival, times, rand.New(rand.NewPCG(seed, h))),
+				seeds:   rand.New(rand.NewPCG(seed, ^h)),
+				horizon: horizon, maxPending: pending,
+			}
+		}
+		replicas := max(lc.Replicas, 1)
+		for r := range replicas {
+			name := lc.Name
+			if replicas > 1 {
+				name = fmt.Sprintf("%s/%d", lc.Name, r)
+			}
+			out = append(out, Workload{
+				Name: name, Group: lc.Name, Class: sim.ClassLC, GPU: lc.GPU, SLO: lc.SLO, Source: "lc",
+				newDispatcher: newDispatcher,
+				newProgram: func(_, _ uint64, d *dispatcher) sim.Program {
+					pcg := rand.NewPCG(0, 0)
+					return &lcProgram{d: d, pcg: pcg, svc: rand.New(pcg), stream: h, steps: steps}
+				},
+			})
+		}
 	}
 	for i := range f.Spec.BE {
 		be := f.Spec.BE[i]
@@ -100,8 +144,8 @@ func (f *File) Workloads() ([]Workload, error) {
 		}
 		k := newSampler(&be.Kernel)
 		out = append(out, Workload{
-			Name: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be",
-			newProgram: func(seed, _ uint64) sim.Program {
+			Name: be.Name, Group: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be",
+			newProgram: func(seed, _ uint64, _ *dispatcher) sim.Program {
 				return &beProgram{svc: rand.New(rand.NewPCG(seed, ^nameHash(be.Name))), kernel: k, every: every, gap: gap}
 			},
 		})
@@ -308,94 +352,6 @@ func compileSteps(in []Step) []step {
 		}
 	}
 	return out
-}
-
-// lcProgram serves requests one at a time in arrival order.
-type lcProgram struct {
-	name       string
-	arr        *arrivals
-	svc        *rand.Rand
-	steps      []step
-	horizon    uint64
-	maxPending int
-
-	pend    []uint64
-	ph      int
-	next    uint64
-	primed  bool
-	hasNext bool
-
-	inReq    bool
-	si, rep  int
-	needSync bool
-}
-
-func (p *lcProgram) advance() {
-	a, ok := p.arr.next()
-	p.next, p.hasNext = a, ok && a < p.horizon
-}
-
-// Next implements sim.Program.
-func (p *lcProgram) Next(now uint64) (sim.Op, error) {
-	if p.inReq {
-		return p.step(), nil
-	}
-	if !p.primed {
-		p.primed = true
-		p.advance()
-	}
-	for p.hasNext && p.next <= now && len(p.pend)-p.ph <= p.maxPending {
-		p.pend = append(p.pend, p.next)
-		p.advance()
-	}
-	if n := len(p.pend) - p.ph; n > p.maxPending {
-		return sim.Op{}, fmt.Errorf("lc workload %s: %d requests waiting (max_pending %d): the offered load exceeds what the GPU serves; lower the rate or raise max_pending",
-			p.name, n, p.maxPending)
-	}
-	if p.ph < len(p.pend) {
-		a := p.pend[p.ph]
-		p.ph++
-		if p.ph > 1024 && p.ph*2 > len(p.pend) {
-			p.pend = p.pend[:copy(p.pend, p.pend[p.ph:])]
-			p.ph = 0
-		}
-		p.inReq, p.si, p.rep = true, 0, 0
-		return sim.Op{Kind: sim.OpBegin, At: a}, nil
-	}
-	if !p.hasNext {
-		return sim.Op{Kind: sim.OpStop}, nil
-	}
-	return sim.Op{Kind: sim.OpWaitUntil, At: p.next}, nil
-}
-
-func (p *lcProgram) step() sim.Op {
-	if p.needSync {
-		p.needSync = false
-		return sim.Op{Kind: sim.OpSync}
-	}
-	if p.si == len(p.steps) {
-		p.inReq = false
-		return sim.Op{Kind: sim.OpEnd}
-	}
-	st := &p.steps[p.si]
-	switch st.kind {
-	case stepCopy:
-		p.si++
-		return sim.Op{Kind: sim.OpCopy, Bytes: st.bytes, Dir: st.dir}
-	case stepKernel:
-		p.rep++
-		if p.rep >= st.count {
-			p.si++
-			p.rep = 0
-		}
-		p.needSync = st.syncEach
-		return sim.Op{Kind: sim.OpKernel, Dur: st.dur.draw(p.svc)}
-	case stepHost:
-		p.si++
-		return sim.Op{Kind: sim.OpSleep, Dur: st.dur.draw(p.svc)}
-	}
-	p.si++
-	return sim.Op{Kind: sim.OpSync}
 }
 
 // beProgram launches kernels back to back with a sync every `every`.

@@ -203,3 +203,62 @@ func FuzzParseArrivals(f *testing.F) {
 		}
 	})
 }
+
+// TestReplicasShareQueue: replicas take requests from one queue, and a
+// request gets the same service times whichever replica serves it.
+func TestReplicasShareQueue(t *testing.T) {
+	spec := "gpus: 1\nlc:\n  - name: a\n    gpu: 0\n    replicas: 3\n    arrival: {process: poisson, rate: 1000}\n    request:\n      - kernel: {count: 2, duration: {dist: exp, mean: 100us}}\n"
+	f, err := Parse([]byte(spec), "a.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := f.Workloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 3 || ws[0].Name != "a/0" || ws[2].Name != "a/2" || ws[1].Group != "a" {
+		t.Fatalf("workloads %+v", ws)
+	}
+	// serve runs requests to completion, always on replica pick(i).
+	serve := func(pick func(i int) int) map[uint64]string {
+		progs := Programs(ws, 9, uint64(time.Second))
+		out := map[uint64]string{}
+		now := uint64(0)
+		for i := 0; len(out) < 100; i++ {
+			p := progs[pick(i)]
+			var at uint64
+			var durs []string
+			for {
+				op, err := p.Next(now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if op.Kind == sim.OpWaitUntil {
+					now = op.At
+					continue
+				}
+				if op.Kind == sim.OpBegin {
+					at = op.At
+				}
+				if op.Kind == sim.OpKernel {
+					durs = append(durs, fmt.Sprint(op.Dur))
+				}
+				if op.Kind == sim.OpEnd {
+					break
+				}
+			}
+			if _, dup := out[at]; dup {
+				t.Fatalf("request at %d served twice", at)
+			}
+			out[at] = strings.Join(durs, ",")
+		}
+		return out
+	}
+	one := serve(func(int) int { return 0 })
+	rr := serve(func(i int) int { return i % 3 })
+	for at, d := range one {
+		if rr[at] != d {
+			t.Fatalf("request at %d: %s on one replica, %s round-robin", at, d, rr[at])
+		}
+	}
+}

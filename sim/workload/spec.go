@@ -45,9 +45,9 @@ type SLO struct {
 	Percentile float64 `json:"percentile,omitempty"`
 }
 
-// LC is a latency-critical request stream served one request at a time
-// (requests that arrive while one is in progress queue on the host; their
-// latency includes the wait).
+// LC is a latency-critical request stream served one request at a time by
+// each of its replicas (requests that arrive while all are busy wait in a
+// queue; their latency includes the wait).
 type LC struct {
 	Name    string  `json:"name"`
 	GPU     int     `json:"gpu"`
@@ -58,6 +58,10 @@ type LC struct {
 	// 100000); a run past it stops with an error, never grows without
 	// bound.
 	MaxPending int `json:"max_pending,omitempty"`
+	// Replicas is the number of server processes (default 1, at most 64),
+	// each its own CUDA process with its own channel group on GPU, taking
+	// requests from one shared queue as they become idle.
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // Arrival is how requests arrive.

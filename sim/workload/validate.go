@@ -19,6 +19,7 @@ const (
 	defaultPending = 100000
 	maxPending     = 10000000
 	maxWorkloads   = 4096
+	maxReplicas    = 64
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -39,7 +40,10 @@ func (s *Spec) validate() *FieldError {
 	if err := s.Model.validate(); err != nil {
 		return err
 	}
-	n := len(s.LC) + len(s.BE)
+	n := len(s.BE)
+	for _, lc := range s.LC {
+		n += min(max(lc.Replicas, 1), maxReplicas)
+	}
 	for _, r := range s.Replay {
 		n += len(r.Processes)
 	}
@@ -83,6 +87,9 @@ func (s *Spec) validate() *FieldError {
 		}
 		if err := validateRequest(p+".request", lc.Request); err != nil {
 			return err
+		}
+		if lc.Replicas < 0 || lc.Replicas > maxReplicas {
+			return fieldErr(p+".replicas", "%d: must be between 1 and %d", lc.Replicas, maxReplicas)
 		}
 		if lc.MaxPending < 0 || lc.MaxPending > maxPending {
 			return fieldErr(p+".max_pending", "%d: must be between 0 (default %d) and %d", lc.MaxPending, defaultPending, maxPending)

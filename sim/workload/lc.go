@@ -1,0 +1,133 @@
+package workload
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/gpu-arbiter/arbiter/sim"
+)
+
+// request is an arrived LC request: its arrival time and the seed of its
+// service times.
+type request struct {
+	at, seed uint64
+}
+
+// dispatcher is an LC workload's request queue, shared by its replicas:
+// it generates arrivals in order and hands the oldest waiting request to
+// whichever replica asks first.
+//
+// Each request's service times (kernel durations, host work) come from a
+// seed drawn when it arrives, so the same request gets the same kernels
+// whichever replica serves it and whatever the scheduling.
+type dispatcher struct {
+	name       string
+	arr        *arrivals
+	seeds      *rand.Rand
+	horizon    uint64
+	maxPending int
+
+	pend    []request
+	ph      int
+	next    request
+	primed  bool
+	hasNext bool
+}
+
+func (d *dispatcher) advance() {
+	a, ok := d.arr.next()
+	d.hasNext = ok && a < d.horizon
+	if d.hasNext {
+		d.next = request{at: a, seed: d.seeds.Uint64()}
+	}
+}
+
+// take returns the oldest request that has arrived by now, if any.
+func (d *dispatcher) take(now uint64) (request, bool, error) {
+	if !d.primed {
+		d.primed = true
+		d.advance()
+	}
+	for d.hasNext && d.next.at <= now && len(d.pend)-d.ph <= d.maxPending {
+		d.pend = append(d.pend, d.next)
+		d.advance()
+	}
+	if n := len(d.pend) - d.ph; n > d.maxPending {
+		return request{}, false, fmt.Errorf("lc workload %s: %d requests waiting (max_pending %d): the offered load exceeds what the GPU serves; lower the rate or raise max_pending",
+			d.name, n, d.maxPending)
+	}
+	if d.ph == len(d.pend) {
+		return request{}, false, nil
+	}
+	r := d.pend[d.ph]
+	d.ph++
+	if d.ph > 1024 && d.ph*2 > len(d.pend) {
+		d.pend = d.pend[:copy(d.pend, d.pend[d.ph:])]
+		d.ph = 0
+	}
+	return r, true, nil
+}
+
+// lcProgram is one server (replica) of an LC workload: it serves one
+// request at a time, taking them from the shared dispatcher.
+type lcProgram struct {
+	d      *dispatcher
+	pcg    *rand.PCG
+	svc    *rand.Rand
+	stream uint64
+	steps  []step
+
+	inReq    bool
+	si, rep  int
+	needSync bool
+}
+
+// Next implements sim.Program.
+func (p *lcProgram) Next(now uint64) (sim.Op, error) {
+	if p.inReq {
+		return p.step(), nil
+	}
+	r, ok, err := p.d.take(now)
+	if err != nil {
+		return sim.Op{}, err
+	}
+	if ok {
+		p.pcg.Seed(r.seed, p.stream)
+		p.inReq, p.si, p.rep = true, 0, 0
+		return sim.Op{Kind: sim.OpBegin, At: r.at}, nil
+	}
+	if !p.d.hasNext {
+		return sim.Op{Kind: sim.OpStop}, nil
+	}
+	return sim.Op{Kind: sim.OpWaitUntil, At: p.d.next.at}, nil
+}
+
+func (p *lcProgram) step() sim.Op {
+	if p.needSync {
+		p.needSync = false
+		return sim.Op{Kind: sim.OpSync}
+	}
+	if p.si == len(p.steps) {
+		p.inReq = false
+		return sim.Op{Kind: sim.OpEnd}
+	}
+	st := &p.steps[p.si]
+	switch st.kind {
+	case stepCopy:
+		p.si++
+		return sim.Op{Kind: sim.OpCopy, Bytes: st.bytes, Dir: st.dir}
+	case stepKernel:
+		p.rep++
+		if p.rep >= st.count {
+			p.si++
+			p.rep = 0
+		}
+		p.needSync = st.syncEach
+		return sim.Op{Kind: sim.OpKernel, Dur: st.dur.draw(p.svc)}
+	case stepHost:
+		p.si++
+		return sim.Op{Kind: sim.OpSleep, Dur: st.dur.draw(p.svc)}
+	}
+	p.si++
+	return sim.Op{Kind: sim.OpSync}
+}
