@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 )
 
@@ -135,4 +136,30 @@ func TestDecodeInputHostile(t *testing.T) {
 	if errors.As(err, &de) {
 		t.Fatal("unexpected decision error")
 	}
+}
+
+// FuzzLoad loads arbitrary module text and data: a clear error or a policy,
+// never a panic.
+func FuzzLoad(f *testing.F) {
+	f.Add(header+"classify := default_decision\n", `{"a": 1}`)
+	f.Add(header+"classify := {\"class\": input.process.comm}\n", `{}`)
+	f.Add("package arbiter\n\x00", `[`)
+	f.Add(header+"classify := x if { x := y }\ny := z\nz := y\n", `{"a": {"b": 1}}`)
+	f.Fuzz(func(t *testing.T, module, data string) {
+		fsys := fstest.MapFS{"p.rego": {Data: []byte(module)}, "data.json": {Data: []byte(data)}}
+		p, err := LoadFS(context.Background(), fsys, "fuzz", &Options{EvalTimeout: 50 * time.Millisecond})
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) || len(pe.Diagnostics) == 0 {
+				t.Fatalf("error without diagnostics: %v", err)
+			}
+			return
+		}
+		if _, err := p.Classify(context.Background(), testInput(1, "x")); err != nil {
+			var de *DecisionError
+			if !errors.As(err, &de) {
+				t.Fatalf("classify error of type %T: %v", err, err)
+			}
+		}
+	})
 }

@@ -29,7 +29,10 @@ const (
 )
 
 // DefaultEvalTimeout bounds one evaluation unless Options says otherwise.
-const DefaultEvalTimeout = 100 * time.Millisecond
+// It is there to stop a pathological policy, not to police ordinary ones:
+// a 100 ms bound was seen to trip on scheduling stalls of a busy 2-core
+// guest, and a tripped bound costs a latency-critical process its class.
+const DefaultEvalTimeout = 500 * time.Millisecond
 
 // Options tune loading and evaluation; nil means defaults.
 type Options struct {

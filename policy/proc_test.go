@@ -184,3 +184,29 @@ func TestProcessFromProcSelf(t *testing.T) {
 		t.Fatalf("%+v", p)
 	}
 }
+
+func FuzzProcFiles(f *testing.F) {
+	f.Add([]byte("Uid:\t1000\t1000\n"), []byte("0::/a.slice/b.service\n"), []byte("ARBITER_A=1\x00B=2\x00"))
+	f.Add([]byte("Uid:"), []byte("1:cpu,cpuacct:/x\n2:name=systemd:/y"), []byte("\x00\x00ARBITER_=\xff"))
+	o := (*ProcOptions)(nil).withDefaults()
+	f.Fuzz(func(t *testing.T, status, cgroup, environ []byte) {
+		if uid := parseUID(status); uid < 0 {
+			t.Fatalf("uid %d", uid)
+		}
+		_ = ParseCgroup(clean(cgroupPath(cgroup)))
+		env := allowedEnv(environ, o)
+		if len(env) > o.MaxEnvVars {
+			t.Fatalf("%d vars", len(env))
+		}
+		for k, v := range env {
+			if !strings.HasPrefix(k, "ARBITER_") || len(v) > o.MaxEnvValue {
+				t.Fatalf("%q=%q", k, v)
+			}
+		}
+		for _, s := range splitNUL(environ, 0) {
+			if strings.IndexByte(s, 0) >= 0 {
+				t.Fatalf("NUL in %q", s)
+			}
+		}
+	})
+}
