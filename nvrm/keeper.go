@@ -246,6 +246,9 @@ func (k *Keeper) closeAll() error {
 		errs = append(errs, k.ctrl.Close())
 		k.ctrl = nil
 	}
+	if k.reg != nil {
+		errs = append(errs, k.reg.Close())
+	}
 	if k.lock != nil {
 		_ = k.lock.Truncate(0)
 		errs = append(errs, k.lock.Close())

@@ -29,6 +29,12 @@ type Registry struct {
 	procs map[uint32]*proc
 	// suspended are the channel groups Arbiter disabled, until resumed.
 	suspended map[groupKey]SuspendedGroup
+
+	// susMu orders writes of the suspended-groups file, kept open in
+	// susFD (-1 until first written) with susLen bytes.
+	susMu  sync.Mutex
+	susFD  int
+	susLen int
 }
 
 // RegistryOptions configures a Registry. The zero value keeps no state
@@ -85,7 +91,7 @@ type object struct {
 // opts.StatePath, keeping only processes that still run (same pid and
 // start time). opts may be nil.
 func NewRegistry(opts *RegistryOptions) (*Registry, error) {
-	r := &Registry{procs: map[uint32]*proc{}, suspended: map[groupKey]SuspendedGroup{}}
+	r := &Registry{procs: map[uint32]*proc{}, suspended: map[groupKey]SuspendedGroup{}, susFD: -1}
 	if opts != nil {
 		r.opts = *opts
 	}

@@ -351,3 +351,85 @@ func TestParseStartTime(t *testing.T) {
 		t.Error("own start time is 0")
 	}
 }
+
+// TestSuspendedRecord checks the suspended-groups record across sizes:
+// written in place and padded as it shrinks, through a rename past a page,
+// and read back each time by a fresh registry.
+func TestSuspendedRecord(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state.json")
+	alive := map[uint32]uint64{}
+	for pid := uint32(1); pid <= 40; pid++ {
+		alive[pid] = uint64(pid)
+	}
+	r := newTestRegistry(t, state, alive)
+	defer r.Close()
+	var all [][]Group
+	for pid := uint32(1); pid <= 40; pid++ {
+		applyAll(r, cudaContext(pid, 3, 0xC1D00000+pid<<8, 0))
+		g, _ := r.Groups(pid, 0)
+		all = append(all, g)
+	}
+	check := func(want int) {
+		t.Helper()
+		r2 := newTestRegistry(t, state, alive)
+		defer r2.Close()
+		if got := len(r2.Suspended()); got != want {
+			t.Fatalf("reloaded %d suspended groups, want %d", got, want)
+		}
+	}
+	susPath := filepath.Join(filepath.Dir(state), "suspended.json")
+	for i, n := range []int{1, 2, 40, 3, 0} { // grow, pass a page, shrink
+		r.mu.Lock()
+		r.suspended = map[groupKey]SuspendedGroup{}
+		r.mu.Unlock()
+		for pid := 1; pid <= n; pid++ {
+			if err := r.markSuspended(uint32(pid), all[pid-1][:1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n == 0 {
+			if err := r.saveSuspended(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(n)
+		if fi, err := os.Stat(susPath); err != nil || (n == 40 && fi.Size() <= pageSize) {
+			t.Fatalf("step %d: %v, size %d", i, err, fi.Size())
+		}
+	}
+}
+
+// FuzzSuspendedRecord loads arbitrary suspended-groups files: an error or
+// a registry, never a panic; what loads saves and loads again the same.
+func FuzzSuspendedRecord(f *testing.F) {
+	f.Add([]byte(`{"version":1,"suspended":[{"pid":1,"start_time":1,"group":{"Client":1,"Handle":2,"FD":3}}]}   `))
+	f.Add([]byte(`{"version":1,"suspended":[]}`))
+	f.Add([]byte(`{"version":2}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "suspended.json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		opts := &RegistryOptions{StatePath: filepath.Join(dir, "state.json"), StartTime: func(uint32) uint64 { return 1 }}
+		r, err := NewRegistry(opts)
+		if err != nil {
+			if !strings.Contains(err.Error(), "suspended.json") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		n := len(r.Suspended())
+		if err := r.saveSuspended(); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		r2, err := NewRegistry(opts)
+		if err != nil {
+			t.Fatalf("saved record does not load: %v", err)
+		}
+		defer r2.Close()
+		if len(r2.Suspended()) != n {
+			t.Fatalf("round trip: %d, want %d", len(r2.Suspended()), n)
+		}
+	})
+}

@@ -98,16 +98,75 @@ func (r *Registry) suspendedPath() string {
 }
 
 // saveSuspended writes the suspended-groups file, if the registry keeps
-// state.
+// state. It runs before every Suspend's controls, so it is one system
+// call where it can be: the file stays open and the record is written over
+// it from offset 0 in a single pwrite, padded with spaces (JSON ignores
+// them) to the file's length so nothing stale follows it. A write of one
+// page or less completes even if the daemon is killed during it; a larger
+// record goes through writeAtomic's temporary file and rename.
 func (r *Registry) saveSuspended() error {
 	if r.opts.StatePath == "" {
 		return nil
 	}
+	r.susMu.Lock()
+	defer r.susMu.Unlock()
 	b, err := json.Marshal(&suspendedFile{Version: stateVersion, Suspended: r.Suspended()})
 	if err != nil {
 		return fmt.Errorf("nvrm: encode suspended groups: %w", err)
 	}
-	return writeAtomic(r.suspendedPath(), b)
+	path := r.suspendedPath()
+	if max(len(b), r.susLen) > pageSize {
+		r.closeSuspended()
+		return writeAtomic(path, b)
+	}
+	if r.susFD < 0 {
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+		if errors.Is(err, unix.ENOENT) {
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				return fmt.Errorf("nvrm: state directory: %w", err)
+			}
+			fd, err = unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+		}
+		if err != nil {
+			return fmt.Errorf("nvrm: open %s: %w", path, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Size > pageSize {
+			unix.Close(fd)
+			return writeAtomic(path, b)
+		}
+		r.susFD, r.susLen = fd, int(st.Size)
+	}
+	for len(b) < r.susLen {
+		b = append(b, ' ')
+	}
+	n, err := unix.Pwrite(r.susFD, b, 0)
+	if err != nil || n != len(b) {
+		r.closeSuspended()
+		return fmt.Errorf("nvrm: write %s: %d of %d bytes: %w", path, n, len(b), err)
+	}
+	r.susLen = len(b)
+	return nil
+}
+
+// pageSize bounds a suspended-groups record written in place.
+const pageSize = 4096
+
+// closeSuspended closes the suspended-groups file; susMu is held.
+func (r *Registry) closeSuspended() {
+	if r.susFD >= 0 {
+		unix.Close(r.susFD)
+		r.susFD, r.susLen = -1, 0
+	}
+}
+
+// Close releases the registry's open state file. The registry stays
+// usable; the next save reopens it.
+func (r *Registry) Close() error {
+	r.susMu.Lock()
+	defer r.susMu.Unlock()
+	r.closeSuspended()
+	return nil
 }
 
 // load reads the state file, keeping processes that still run. A missing
@@ -245,14 +304,18 @@ func (r *Registry) Suspended() []SuspendedGroup {
 // processes they describe exists. Syncing would put a disk flush on the
 // suspend path.
 func writeAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("nvrm: state directory: %w", err)
-	}
 	// Plain system calls and a fixed temporary name (one keeper writes,
 	// under its lock): os.CreateTemp's poller registration and random
 	// names cost more than the write itself.
 	tmp := path + ".tmp"
-	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o600)
+	flags := unix.O_WRONLY | unix.O_CREAT | unix.O_TRUNC | unix.O_CLOEXEC
+	fd, err := unix.Open(tmp, flags, 0o600)
+	if errors.Is(err, unix.ENOENT) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return fmt.Errorf("nvrm: state directory: %w", err)
+		}
+		fd, err = unix.Open(tmp, flags, 0o600)
+	}
 	if err != nil {
 		return fmt.Errorf("nvrm: write state %s: %w", path, err)
 	}
