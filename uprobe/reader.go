@@ -3,6 +3,7 @@ package uprobe
 import (
 	"errors"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -28,7 +29,8 @@ type batch struct {
 type queue struct {
 	full chan *batch
 	free chan *batch
-	cur  *batch // the consumer's batch; only Read touches it
+	mu   sync.Mutex // serializes consumers (uncontended with one)
+	cur  *batch     // the consumer's batch
 }
 
 func newQueue() *queue {
@@ -42,6 +44,8 @@ func newQueue() *queue {
 // read returns the next event, blocking until one is queued or done is
 // closed.
 func (q *queue) read(ev *trace.Event, done <-chan struct{}) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	for {
 		select {
 		case <-done:

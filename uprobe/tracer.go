@@ -159,7 +159,7 @@ type Probe struct {
 }
 
 // Tracer captures CUDA driver calls. Its methods are safe for concurrent
-// use, except that Read is meant for one consumer goroutine.
+// use; concurrent Reads each get different events.
 type Tracer struct {
 	opts   Options
 	objs   *objects
