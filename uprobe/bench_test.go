@@ -32,11 +32,14 @@ func drain(tr *Tracer) func() {
 //	probe-entry    the real programs at the function entry (endbr64, which
 //	               the kernel single-steps)
 //	noop+ret       the empty program on entry and return (syncs)
+//	probe-wake     the real programs waking the reader on every record
+//	               instead of past the fill threshold
 //
 // and reports probe/noop (budget ≤ 1.1; both net of the unprobed time),
 // the speed-up of the emulated attach point over the entry, the
-// uretprobe's cost (noop+ret − noop on cuStreamSynchronize) and the sync
-// probes against empty programs at the same entry and return sites.
+// uretprobe's cost (noop+ret − noop on cuStreamSynchronize), the sync
+// probes against empty programs at the same entry and return sites, and
+// what waking the reader per record would cost.
 func BenchmarkProbeCost(b *testing.B) {
 	r := newRig(b)
 	p := r.start(b, nil, false, "serve")
@@ -59,10 +62,13 @@ func BenchmarkProbeCost(b *testing.B) {
 		}
 		return slices.Min(v)
 	}
-	with := func(mode probeMode) (launch, syncNs float64) {
+	with := func(mode probeMode, wakeEvery bool) (launch, syncNs float64) {
 		o := r.options()
 		o.PIDs = []uint32{p.pid}
 		o.mode = mode
+		if wakeEvery {
+			o.WakeupBytes = -1
+		}
 		tr, err := Open(o)
 		if err != nil {
 			b.Fatal(err)
@@ -82,18 +88,19 @@ func BenchmarkProbeCost(b *testing.B) {
 	// other work on the machine hits all alike, and each takes its best.
 	const rounds = 3
 	type config struct {
-		mode          probeMode
-		probed        bool
-		launch, syncs []float64
+		mode              probeMode
+		probed, wakeEvery bool
+		launch, syncs     []float64
 	}
 	configs := []*config{{probed: false}, {mode: probeNoop, probed: true}, {mode: probeFull, probed: true},
-		{mode: probeEntryOffset, probed: true}, {mode: probeNoopReturn, probed: true}}
+		{mode: probeEntryOffset, probed: true}, {mode: probeNoopReturn, probed: true},
+		{mode: probeFull, probed: true, wakeEvery: true}}
 	b.ResetTimer()
 	for range rounds {
 		for _, c := range configs {
 			var l, s float64
 			if c.probed {
-				l, s = with(c.mode)
+				l, s = with(c.mode, c.wakeEvery)
 			} else {
 				l, s = measure("launch"), measure("sync")
 			}
@@ -106,6 +113,7 @@ func BenchmarkProbeCost(b *testing.B) {
 	probeL, probeS := slices.Min(configs[2].launch), slices.Min(configs[2].syncs)
 	entryL := slices.Min(configs[3].launch)
 	retS := slices.Min(configs[4].syncs)
+	wakeL := slices.Min(configs[5].launch)
 
 	b.ReportMetric(baseL, "unprobed-ns/call")
 	b.ReportMetric(noopL, "noop-ns/call")
@@ -115,7 +123,9 @@ func BenchmarkProbeCost(b *testing.B) {
 	b.ReportMetric((entryL-baseL)/(probeL-baseL), "entry/emulated")
 	b.ReportMetric(retS-noopS, "uretprobe-ns")
 	b.ReportMetric((probeS-baseS)/(retS-baseS), "sync-probe/noop+ret")
-	b.Logf("launch ns/call: unprobed %.0f, noop %.0f, probe %.0f, probe at entry %.0f", baseL, noopL, probeL, entryL)
+	b.ReportMetric((wakeL-baseL)/(probeL-baseL), "wake-every/threshold")
+	b.Logf("launch ns/call: unprobed %.0f, noop %.0f, probe %.0f, probe at entry %.0f, probe waking the reader per record %.0f",
+		baseL, noopL, probeL, entryL, wakeL)
 	b.Logf("sync ns/call: unprobed %.0f, noop %.0f, noop+ret %.0f, probe+ret %.0f", baseS, noopS, retS, probeS)
 }
 
