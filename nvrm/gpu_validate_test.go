@@ -74,7 +74,7 @@ func TestGPUValidateStandin(t *testing.T) {
 		"| 0x5c000003 | graphics | SET_TIMESLICE | 1000 µs | NV_OK |",
 		"| 0x5c000011 | graphics | SET_INTERLEAVE_LEVEL | high | NV_OK |",
 		"trial 0: kernel still running 50ms after Suspend",
-		"| GPFIFO_SCHEDULE{0} only | 0/1 |",
+		"| GPFIFO_SCHEDULE{0} only | ",
 		"Victim's verification after the trials: `correct: stand-in",
 		"| exit | 0 | 0x0 |  | 0x0 |  |  |",
 	} {
@@ -82,8 +82,16 @@ func TestGPUValidateStandin(t *testing.T) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	if len(failures) != 2 || !strings.Contains(failures[0], "still running") {
+	// The CPU "kernel" never stops; on a loaded machine its thread may
+	// still stall 20 ms and pass for stopped in a trial, so require the
+	// failure in at least one of the two, and no other failure.
+	if len(failures) == 0 || len(failures) > 2 {
 		t.Errorf("failures: %q", failures)
+	}
+	for _, f := range failures {
+		if !strings.Contains(f, "still running") {
+			t.Errorf("unexpected failure %q", f)
+		}
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Log("\n" + report)
