@@ -73,7 +73,7 @@ func TestGPUValidateStandin(t *testing.T) {
 		"channel group 0x5c000003 engine graphics, 1 channels, timeslice 2000 by \"process\"",
 		"| 0x5c000003 | graphics | SET_TIMESLICE | 1000 µs | NV_OK |",
 		"| 0x5c000011 | graphics | SET_INTERLEAVE_LEVEL | high | NV_OK |",
-		"trial 0: kernel still running 50ms after Suspend",
+		"kernel still running 50ms after Suspend",
 		"| GPFIFO_SCHEDULE{0} only | ",
 		"Victim's verification after the trials: `correct: stand-in",
 		"| exit | 0 | 0x0 |  | 0x0 |  |  |",
