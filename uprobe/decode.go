@@ -36,6 +36,7 @@ type DecodeError struct {
 	Reason string
 }
 
+// Error says which field at which byte offset is wrong and why.
 func (e *DecodeError) Error() string {
 	return fmt.Sprintf("decode ring-buffer record: %s at byte %d: %s", e.Field, e.Offset, e.Reason)
 }

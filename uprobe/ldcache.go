@@ -24,6 +24,7 @@ type LdCacheError struct {
 	Reason string
 }
 
+// Error names the byte offset and the fault.
 func (e *LdCacheError) Error() string {
 	return fmt.Sprintf("parse ld.so.cache: byte %d: %s", e.Offset, e.Reason)
 }
