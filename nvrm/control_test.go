@@ -113,12 +113,13 @@ func TestCallTimeout(t *testing.T) {
 	}
 	// Calls that return in time, however many, are not cut short: the
 	// deadline is per call.
+	c.opts.Timeout = 100 * time.Millisecond
 	c.sys = func(int, uint32, unsafe.Pointer) syscall.Errno {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(40 * time.Millisecond)
 		return 0
 	}
 	if err := c.Suspend(self, -1); err != nil {
-		t.Fatalf("4 calls of 20 ms each under a 50 ms per-call limit: %v", err)
+		t.Fatalf("4 calls of 40 ms each under a 100 ms per-call limit: %v", err)
 	}
 }
 
