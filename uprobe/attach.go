@@ -272,6 +272,9 @@ func (l *attachedLibrary) attachPID(ex *link.Executable, prog *ebpf.Program, s *
 			attach = ex.Uretprobe
 		}
 		lk, err := attach("", prog, opts)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			err = fmt.Errorf("%w (uprobes with BPF cookies need kernel 5.15 or later)", err)
+		}
 		if err != nil {
 			return fmt.Errorf("attach %s to %s in %s at %#x+%d (pid %d): %w", prog, s.names[i], l.cand.path, s.addrs[i], s.offsets[i], pid, err)
 		}
