@@ -109,6 +109,8 @@ type RM struct {
 	// Cmd is the control command (control events).
 	Cmd uint32
 	// Value is a control's scalar parameter where it has one (for example
-	// the timeslice in µs of SET_TIMESLICE).
+	// the timeslice in µs of SET_TIMESLICE), and for the allocation of a
+	// device (class 0x80) or subdevice (0x2080) its instance (deviceId,
+	// subDeviceId).
 	Value uint64
 }
