@@ -182,15 +182,36 @@ func (k *Keeper) apply(ev *trace.Event) KeeperEvent {
 	return out
 }
 
-// Run applies traced events until ctx is done, saving the state file
-// after each change before reading on, and calls fn (if not nil) with
-// each. It returns nil when ctx ends, or the error that stopped it.
+// PruneInterval is how often a running Keeper drops processes that exited
+// without their exit being traced (a record lost to a full ring buffer).
+const PruneInterval = 10 * time.Second
+
+// Run applies traced events until ctx is done and calls fn (if not nil)
+// with each. It saves the state file once the ring buffer is drained after
+// a change — at once for a lone event, once per burst for a CUDA context's
+// dozens of allocations — so the file never lags what was read by more
+// than the burst in hand. It returns nil when ctx ends, or the error that
+// stopped it.
 func (k *Keeper) Run(ctx context.Context, fn func(KeeperEvent)) error {
 	if k.tr == nil {
 		return errors.New("nvrm: keeper has no tracer")
 	}
 	var ev trace.Event
+	dirty := false
+	nextPrune := time.Now().Add(PruneInterval)
 	for ctx.Err() == nil {
+		if dirty && k.tr.Pending() == 0 {
+			if err := k.reg.Save(); err != nil {
+				return err
+			}
+			dirty = false
+		}
+		if now := time.Now(); now.After(nextPrune) {
+			if k.reg.Prune() > 0 {
+				dirty = true
+			}
+			nextPrune = now.Add(PruneInterval)
+		}
 		k.tr.SetDeadline(time.Now().Add(100 * time.Millisecond))
 		err := k.tr.Read(&ev)
 		var de *DecodeError
@@ -207,13 +228,14 @@ func (k *Keeper) Run(ctx context.Context, fn func(KeeperEvent)) error {
 		}
 		ke := k.apply(&ev)
 		if ke.Change.Kind != ChangeNone {
-			if err := k.reg.Save(); err != nil {
-				return err
-			}
+			dirty = true
 		}
 		if fn != nil {
 			fn(ke)
 		}
+	}
+	if dirty {
+		return k.reg.Save()
 	}
 	return nil
 }

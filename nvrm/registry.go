@@ -250,6 +250,26 @@ func (r *Registry) forget(pid uint32) {
 	}
 }
 
+// Prune drops the processes that no longer run (or whose pid now names
+// another process), in case their exit was not traced, and returns how
+// many it dropped.
+func (r *Registry) Prune() int {
+	r.mu.Lock()
+	pids := make(map[uint32]uint64, len(r.procs))
+	for pid, p := range r.procs {
+		pids[pid] = p.start
+	}
+	r.mu.Unlock()
+	n := 0
+	for pid, start := range pids {
+		if !r.alive(pid, start) {
+			r.Forget(pid)
+			n++
+		}
+	}
+	return n
+}
+
 // Forget drops a process, e.g. one found to have exited.
 func (r *Registry) Forget(pid uint32) {
 	r.mu.Lock()

@@ -433,3 +433,19 @@ func FuzzSuspendedRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestRegistryPrune(t *testing.T) {
+	alive := map[uint32]uint64{100: 5, 200: 6, 300: 7}
+	r := newTestRegistry(t, "", alive)
+	for _, pid := range []uint32{100, 200, 300} {
+		applyAll(r, cudaContext(pid, 3, 0xC1D00000+pid, 0))
+	}
+	delete(alive, 200) // exited, exit not traced
+	alive[300] = 70    // pid reused
+	if n := r.Prune(); n != 2 {
+		t.Fatalf("pruned %d, want 2", n)
+	}
+	if ps := r.Processes(); len(ps) != 1 || ps[0].PID != 100 {
+		t.Fatalf("left: %+v", ps)
+	}
+}

@@ -18,8 +18,10 @@ import (
 // all. What the file cannot hold — calls made while no reader ran — the
 // pinned ring buffer keeps: the Tracer's programs stay attached through a
 // restart, and the next reader drains what they recorded (see
-// TracerOptions.PinPath). The registry is saved after every applied batch
-// that changed it, before more records are consumed.
+// TracerOptions.PinPath). A running Keeper saves the registry whenever the
+// ring buffer is drained after a change: a crash loses at most the burst
+// of records in hand (part of one context's creation, whose process then
+// lacks some objects rather than having wrong ones).
 
 // stateVersion is the state file's format version.
 const stateVersion = 1

@@ -164,6 +164,9 @@ func (t *Tracer) Read(ev *trace.Event) error {
 	return nil
 }
 
+// Pending returns the bytes of records waiting in the ring buffer.
+func (t *Tracer) Pending() int { return t.rd.AvailableBytes() }
+
 // SetDeadline makes Read return os.ErrDeadlineExceeded once no record is
 // available at t; a zero time removes the deadline.
 func (t *Tracer) SetDeadline(d time.Time) { t.rd.SetDeadline(d) }
