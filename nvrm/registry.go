@@ -298,8 +298,10 @@ type Client struct {
 // Device is an RM device (one GPU) of a client.
 type Device struct {
 	Handle uint32
-	// Instance is the device's deviceId: the GPU's index among those the
-	// driver exposes (the N of /dev/nvidiaN).
+	// Instance is the device's deviceId, RM's device instance: the GPU's
+	// index among those the driver exposes. It is expected to equal the
+	// NVML index (both follow the driver's enumeration, unaffected by
+	// CUDA_VISIBLE_DEVICES); the hardware procedure records it.
 	Instance   uint32
 	Subdevices []uint32
 	Groups     []Group

@@ -119,7 +119,8 @@ nvcc -O2 -o "$WORK/victim" "$WORK/victim.cu"
 	echo "- GPU $GPU: $(nvidia-smi -i "$GPU" --query-gpu=name,pci.bus_id,vbios_version,compute_mode --format=csv,noheader)"
 	echo "- Compute policy timeslice: $(nvidia-smi compute-policy -l 2>/dev/null | tr -s ' \n' ' ' || echo n/a)"
 	echo "- Arbiter: $(git describe --tags --always --dirty 2>/dev/null || echo unknown)"
-	echo "- Procedure: scripts/gpu-validate-nvrm.sh, TRIALS=$TRIALS"
+	echo "- Procedure: scripts/gpu-validate-nvrm.sh, TRIALS=$TRIALS, victim on CUDA_VISIBLE_DEVICES=$GPU (compare with the device instance traced below)"
+	echo "- GPUs: $(nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader | tr '\n' ';')"
 	echo
 } >"$OUT"
 
