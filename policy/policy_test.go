@@ -65,6 +65,7 @@ func TestLoadErrorLocations(t *testing.T) {
 		{"unknown decision field", header + "classify := {\"class\": \"lc\", \"preemption\": {\"mode\": \"suspend\", \"timeslice_ms\": 2}}\n", CodeDecision, 5, 79, `preemption.timeslice_ms: unknown field (did you mean "timeslice_us"?)`},
 		{"bad mode", header + "classify := {\"class\": \"lc\", \"preemption\": {\"mode\": \"pause\"}}\n", CodeDecision, 5, 52, `"pause" is not one of observe|timeslice|suspend|gate`},
 		{"bad victims", header + "classify := default_decision\nvictims := {\"suspend\": [{\"pid\": 0}]}\n", CodeDecision, 6, 33, "suspend[0].pid: 0 is below the minimum 1"},
+		{"bad else branch", header + "classify := default_decision if input.process.pid == 1\nelse := {\"class\": \"lc\", \"observe\": [\"kernels\"]}\n", CodeDecision, 6, 37, `observe[0]: "kernels" is not one of launch|copy|sync|rm`},
 		{"missing classify", header, CodeEntrypoint, 0, 0, "no rule data.arbiter.classify"},
 		{"bad default", "package arbiter\ndefault_decision := {\"class\": \"Best Effort\"}\nclassify := default_decision\n", CodeDecision, 2, 31, `class: "Best Effort" does not match`},
 		{"default depends on input", "package arbiter\ndefault_decision := {\"class\": input.process.comm}\nclassify := default_decision\n", CodeEntrypoint, 2, 1, "undefined without input"},

@@ -25,7 +25,13 @@ func (p *Policy) checkEntrypoints() []Diagnostic {
 		schema *schemaNode
 	}{{EntryClassify, p.schemas.decision}, {EntryDefault, p.schemas.decision}, {EntryVictims, p.schemas.victims}} {
 		ref := entryRef(x.entry)
+		var rules []*ast.Rule
 		for _, r := range p.compiler.GetRules(ref) {
+			for ; r != nil; r = r.Else { // else branches are decisions too
+				rules = append(rules, r)
+			}
+		}
+		for _, r := range rules {
 			if r.Head.Value == nil || r.Head.Key != nil || !r.Head.Ref().Equal(ref[len(ref)-1:]) && !r.Path().Equal(ref) {
 				continue // partial or ref-headed rules build the value piecewise
 			}
