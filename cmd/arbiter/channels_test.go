@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/internal/rmstandin"
 	"github.com/gpu-arbiter/arbiter/internal/testenv"
@@ -281,5 +282,39 @@ func (s *standinProcess) exit(t *testing.T) {
 	_, _ = io.WriteString(s.in, "exit\n")
 	if err := s.cmd.Wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestChannelControllerAdapter checks the engine's interleave levels are
+// RM's, so the adapter's conversion is exact, and that an unknown process
+// is an error through the adapter too.
+func TestChannelControllerAdapter(t *testing.T) {
+	for _, l := range []engine.Interleave{engine.InterleaveLow, engine.InterleaveMedium, engine.InterleaveHigh} {
+		if l.String() != nvrm.InterleaveLevel(l).String() {
+			t.Errorf("engine %s is nvrm %s", l, nvrm.InterleaveLevel(l))
+		}
+	}
+	reg, err := nvrm.NewRegistry(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := nvrm.LayoutFor(nvrm.DriverVersion{Major: 570, Minor: 86, Patch: 15})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := nvrm.NewController(reg, &nvrm.ControllerOptions{Layout: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newChannelController(c)
+	for name, err := range map[string]error{
+		"timeslice":  a.SetTimeslice(4242, 0, 100),
+		"interleave": a.SetInterleave(4242, engine.InterleaveLow),
+		"suspend":    a.Suspend(4242, 0),
+		"resume":     a.Resume(4242, 0),
+	} {
+		if !errors.Is(err, nvrm.ErrUnknownProcess) {
+			t.Errorf("%s: %v, want ErrUnknownProcess", name, err)
+		}
 	}
 }
