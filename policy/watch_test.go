@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -45,8 +46,14 @@ func replace(t *testing.T, path, body string) {
 
 func TestWatcherReload(t *testing.T) {
 	dir := writeDir(t, map[string]string{"p.rego": goodPolicy, "p_test.rego": goodTest})
+	var mu sync.Mutex
 	var reloads []error
-	w, err := Watch(context.Background(), dir, &WatchOptions{Debounce: 20 * time.Millisecond, OnReload: func(_ *Policy, err error) { reloads = append(reloads, err) }})
+	onReload := func(_ *Policy, err error) {
+		mu.Lock()
+		reloads = append(reloads, err)
+		mu.Unlock()
+	}
+	w, err := Watch(context.Background(), dir, &WatchOptions{Debounce: 20 * time.Millisecond, OnReload: onReload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +100,9 @@ func TestWatcherReload(t *testing.T) {
 	if st := w.Status(); st.LastError != "" || st.Rejected != 2 {
 		t.Fatalf("after fix: %+v", st)
 	}
+	waitFor(t, "four OnReload calls", func() bool { mu.Lock(); defer mu.Unlock(); return len(reloads) == 4 })
+	mu.Lock()
+	defer mu.Unlock()
 	if len(reloads) != 4 || reloads[0] != nil || reloads[1] == nil || reloads[2] == nil || reloads[3] != nil {
 		t.Fatalf("OnReload calls: %v", reloads)
 	}
