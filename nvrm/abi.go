@@ -371,7 +371,9 @@ const ControlPath = "/dev/nvidiactl"
 // FIFODisableChannelsParams is NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS'
 // parameters, issued on a subdevice: the alternative to per-group
 // scheduling control that disables (and, unless BOnlyDisableScheduling,
-// preempts) up to 64 channels of any clients on this file at once.
+// preempts) up to 64 listed channels, each named by its client and
+// channel handles, at once. Which clients a caller may list is one of the
+// things to settle on hardware before relying on it.
 type FIFODisableChannelsParams struct {
 	BDisable               uint8
 	_                      [3]uint8
