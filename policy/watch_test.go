@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,4 +157,61 @@ func TestWatchRejectsBadStart(t *testing.T) {
 	if _, err := Watch(context.Background(), dir, nil); err == nil {
 		t.Fatal("Watch accepted a broken policy")
 	}
+}
+
+func TestWatcherDebounces(t *testing.T) {
+	dir := writeDir(t, map[string]string{"p.rego": goodPolicy})
+	w, err := Watch(context.Background(), dir, &WatchOptions{Debounce: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// A burst of writes, as a checkout or a ConfigMap sync makes: one reload.
+	for i := range 5 {
+		body := fmt.Sprintf("package arbiter.extra%d\n\nx := %d\n", i, i)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("extra%d.rego", i)), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "reload after the burst", func() bool { return w.Status().Reloads >= 1 })
+	time.Sleep(500 * time.Millisecond)
+	if st := w.Status(); st.Reloads != 1 || st.Rejected != 0 {
+		t.Fatalf("status %+v, want exactly one reload", st)
+	}
+	if got := len(w.Policy().Source().Modules); got < 6 {
+		t.Fatalf("%d modules", got)
+	}
+	// Touching a file without changing it reloads nothing.
+	now := time.Now()
+	os.Chtimes(filepath.Join(dir, "p.rego"), now, now)
+	if err := w.Reload(context.Background()); err != nil || w.Status().Reloads != 1 {
+		t.Fatalf("unchanged content reloaded: %v %+v", err, w.Status())
+	}
+}
+
+func TestClassifyConcurrently(t *testing.T) {
+	p, err := LoadFS(context.Background(), defaultPolicyFS(), "default", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				in := benchInput()
+				in.Node.GPUs = in.Node.GPUs[:1+(g+i)%8] // the GPU cache changes under the readers
+				d, err := p.Classify(context.Background(), in)
+				if err != nil || d.Class != "latency-critical" || d.SLO.LatencyTargetMS != 50 {
+					t.Errorf("%+v %v", d, err)
+					return
+				}
+				v, err := p.Victims(context.Background(), State{Node: in.Node, Processes: []ProcessState{{PID: 1, Class: "best-effort", Mode: ModeSuspend, GPUs: []int{0}}}, Requests: []Request{{PID: 2, GPU: 0}}})
+				if err != nil || len(v.Suspend) != 1 {
+					t.Errorf("%+v %v", v, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
