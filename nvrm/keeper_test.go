@@ -3,8 +3,10 @@ package nvrm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -134,5 +136,56 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 5s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestKeeperLockAndReadState: without any tracer, a keeper holds the lock
+// (a second one is refused, naming the holder), a reader sees its saved
+// state, and the lock is free again after Close.
+func TestKeeperLockAndReadState(t *testing.T) {
+	dir := t.TempDir()
+	k, err := OpenKeeper(&KeeperOptions{StateDir: dir, Trace: TraceNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Tracing() || k.Controller() != nil {
+		t.Fatalf("tracing %v, controller %v", k.Tracing(), k.Controller())
+	}
+	if err := k.Run(context.Background(), nil); err == nil {
+		t.Fatal("Run without a tracer succeeded")
+	}
+	self := uint32(os.Getpid())
+	k.Registry().opts.StartTime = procStartTime
+	applyAll(k.Registry(), cudaContext(self, 3, 0xC1D00001, 0))
+	if err := k.Registry().Save(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenKeeper(&KeeperOptions{StateDir: dir, Trace: TraceNever})
+	if !errors.Is(err, ErrKeeperRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Fatalf("second keeper: %v", err)
+	}
+	r, err := ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := r.Groups(self, 0); err != nil || len(g) != 2 {
+		t.Fatalf("read state: %+v, %v", g, err)
+	}
+	if err := r.Save(); err != nil { // read-only: a no-op
+		t.Fatal(err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	k2, err := OpenKeeper(&KeeperOptions{StateDir: dir, Trace: TraceNever})
+	if err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	defer k2.Close()
+	if _, err := k2.Registry().Process(self); err != nil {
+		t.Fatalf("state not kept across keepers: %v", err)
 	}
 }
