@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"unsafe"
 
 	"github.com/gpu-arbiter/arbiter/bpf"
 	"github.com/gpu-arbiter/arbiter/trace"
@@ -141,4 +142,37 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "Mrecords/s")
+}
+
+// TestRecordLayout keeps the decoder's offsets in step with struct
+// nvrm_record as compiled (bpf2go's -type generates the Go struct from the
+// object's BTF).
+func TestRecordLayout(t *testing.T) {
+	var r bpf.NvrmNvrmRecord
+	tests := []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"size", unsafe.Sizeof(r), RecordSize},
+		{"time_ns", unsafe.Offsetof(r.TimeNs), recTime},
+		{"cgroup", unsafe.Offsetof(r.Cgroup), recCgroup},
+		{"pid", unsafe.Offsetof(r.Pid), recPID},
+		{"tid", unsafe.Offsetof(r.Tid), recTID},
+		{"fd", unsafe.Offsetof(r.Fd), recFD},
+		{"ret", unsafe.Offsetof(r.Ret), recRet},
+		{"kind", unsafe.Offsetof(r.Kind), recKind},
+		{"xfer", unsafe.Offsetof(r.Xfer), recXfer},
+		{"esc", unsafe.Offsetof(r.Esc), recEsc},
+		{"size field", unsafe.Offsetof(r.Size), recSize},
+		{"params_len", unsafe.Offsetof(r.ParamsLen), recParamsLen},
+		{"block", unsafe.Offsetof(r.Block), recBlock},
+		{"params", unsafe.Offsetof(r.Params), recParams},
+		{"block length", unsafe.Sizeof(r.Block), blockMax},
+		{"params length", unsafe.Sizeof(r.Params), paramsMax},
+	}
+	for _, tc := range tests {
+		if tc.got != tc.want {
+			t.Errorf("nvrm_record %s: %d in the compiled struct, %d in the decoder", tc.name, tc.got, tc.want)
+		}
+	}
 }
