@@ -1,7 +1,11 @@
 package rego_test
 
 import (
+	"bytes"
+	"strings"
+
 	"context"
+	"github.com/open-policy-agent/opa/v1/format"
 	"io/fs"
 	"testing"
 
@@ -74,5 +78,29 @@ func TestEveryPolicyHasTests(t *testing.T) {
 	}
 	if _, err := rego.Example("nope"); err == nil {
 		t.Fatal("unknown example found")
+	}
+}
+
+// TestFormatted keeps every Rego file as `opa fmt` writes it.
+func TestFormatted(t *testing.T) {
+	err := fs.WalkDir(rego.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".rego") {
+			return err
+		}
+		src, err := fs.ReadFile(rego.FS(), p)
+		if err != nil {
+			return err
+		}
+		got, err := format.Source(p, src)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(got, src) {
+			t.Errorf("%s is not formatted: run opa fmt -w rego/", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

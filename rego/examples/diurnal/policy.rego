@@ -14,6 +14,7 @@ default_decision := lib.with_reason(lib.classes["best-effort"], "default")
 night if lib.in_hours(lib.local_hour(input.node, data.diurnal.timezone), data.diurnal.night_start, data.diurnal.night_end)
 
 period := "night" if night
+
 else := "day"
 
 classify := lib.with_reason(lib.classes[c], "pod label arbiter.io/class") if {

@@ -34,10 +34,13 @@ test_latency_critical_any_time if {
 }
 
 test_throttle_share_follows_the_clock if {
-	st := {"processes": [
-		{"pid": 1, "class": "latency-critical", "priority": 900, "mode": "timeslice", "gpus": [0]},
-		{"pid": 2, "class": "best-effort", "priority": 100, "mode": "timeslice", "gpus": [0]},
-	], "slo": {"latency-critical": {"attainment": 0.5, "target": 0.99}}}
+	st := {
+		"processes": [
+			{"pid": 1, "class": "latency-critical", "priority": 900, "mode": "timeslice", "gpus": [0]},
+			{"pid": 2, "class": "best-effort", "priority": 100, "mode": "timeslice", "gpus": [0]},
+		],
+		"slo": {"latency-critical": {"attainment": 0.5, "target": 0.99}},
+	}
 	day := arbiter.victims with input as {"apiVersion": "arbiter.io/v1", "node": {"hostname": "n", "time": "2026-01-10T15:00:00Z", "gpus": []}, "state": st}
 	night := arbiter.victims with input as {"apiVersion": "arbiter.io/v1", "node": {"hostname": "n", "time": "2026-01-11T04:00:00Z", "gpus": []}, "state": st}
 	day.throttle[0].max_gpu_share == 0.05

@@ -24,6 +24,7 @@ team_of(p) := data.users[p.user] if {
 } else := data.uids[sprintf("%d", [p.uid])]
 
 quota(t) := {"quota": {"max_gpu_share": t.max_gpu_share}} if t.max_gpu_share
+
 else := {}
 
 # Quotas travel with each decision; the engine duty-cycles a process that

@@ -6,6 +6,7 @@ import data.arbiter
 gpus := [{"index": i, "uuid": sprintf("GPU-%d", [i]), "numa_node": floor(i / 4), "nvlink_peers": [p | some p in island(i); p != i]} | some i in numbers.range(0, 7)]
 
 island(i) := numbers.range(0, 3) if i < 4
+
 else := numbers.range(4, 7)
 
 node := {"hostname": "dgx", "time": "2026-01-10T12:00:00Z", "gpus": gpus}
@@ -22,6 +23,7 @@ input_for(demands) := {"apiVersion": "arbiter.io/v1", "node": node, "state": sta
 
 test_frees_the_cheaper_island if {
 	v := arbiter.victims with input as input_for([{"pid": 99, "class": "latency-critical", "gpus_needed": 4, "nvlink": true}])
+
 	# island 4-7 costs 2 processes (14, 15); island 0-3 costs 3.
 	v.suspend == [
 		{"pid": 14, "gpus": [5], "reason": "free NVLink GPUs [4, 5, 6, 7] for pid 99"},
@@ -31,6 +33,7 @@ test_frees_the_cheaper_island if {
 
 test_two_gpus_prefer_idle_ones if {
 	doc := input_for([{"pid": 99, "gpus_needed": 2, "nvlink": true}])
+
 	# GPU 3 is idle and NVLinked to 0; 4 is idle and NVLinked to 5: equal
 	# cost, lowest indexes win.
 	arbiter.target == [0, 3] with input as doc
