@@ -20,8 +20,7 @@ import (
 // restart, and the next reader drains what they recorded (see
 // TracerOptions.PinPath). A running Keeper saves the registry whenever the
 // ring buffer is drained after a change: a crash loses at most the burst
-// of records in hand (part of one context's creation, whose process then
-// lacks some objects rather than having wrong ones).
+// of records in hand (typically part of one context's creation).
 
 // stateVersion is the state file's format version.
 const stateVersion = 1

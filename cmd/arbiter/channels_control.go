@@ -125,8 +125,8 @@ func newChannelsSuspendCmd(o *channelsOptions) *cobra.Command {
 (GPFIFO_SCHEDULE{0}) and preempts them off the GPU (PREEMPT, waiting), holds
 them suspended until Ctrl-C, SIGTERM or --for elapses, then resumes them.
 Arbiter never leaves a process suspended: the suspension is recorded in the
-state file before the first control, so if this command is killed the next
-arbiter command or daemon start resumes the process.`,
+state directory before the first control, so if this command is killed the
+next arbiter command or daemon start resumes the process.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pid, err := parsePID(args[0])
