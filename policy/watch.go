@@ -59,7 +59,8 @@ type Watcher struct {
 	wg     sync.WaitGroup
 }
 
-// Watch loads the policy in dir, which must be good, and starts watching.
+// Watch loads the policy in dir (a directory or a .tar.gz bundle), which
+// must be good, and starts watching.
 func Watch(ctx context.Context, dir string, opts *WatchOptions) (*Watcher, error) {
 	w := &Watcher{dir: dir, done: make(chan struct{})}
 	if opts != nil {
@@ -77,7 +78,7 @@ func Watch(ctx context.Context, dir string, opts *WatchOptions) (*Watcher, error
 	if w.fsw, err = fsnotify.NewWatcher(); err != nil {
 		return nil, fmt.Errorf("watch policy %s: %w", dir, err)
 	}
-	if err := w.addDirs(); err != nil {
+	if err := w.addWatches(); err != nil {
 		w.fsw.Close()
 		return nil, err
 	}
@@ -86,8 +87,16 @@ func Watch(ctx context.Context, dir string, opts *WatchOptions) (*Watcher, error
 	return w, nil
 }
 
-// addDirs watches dir and its visible subdirectories.
-func (w *Watcher) addDirs() error {
+// addWatches watches the policy directory and its visible subdirectories,
+// or, for a bundle, the directory holding it (bundles are replaced, not
+// rewritten in place, by every tool that ships them).
+func (w *Watcher) addWatches() error {
+	if fi, err := os.Stat(w.dir); err == nil && !fi.IsDir() {
+		if err := w.fsw.Add(filepath.Dir(w.dir)); err != nil {
+			return fmt.Errorf("watch policy bundle %s: %w", w.dir, err)
+		}
+		return nil
+	}
 	return filepath.WalkDir(w.dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err

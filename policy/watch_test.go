@@ -215,3 +215,28 @@ func TestClassifyConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestWatcherBundle(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy.tar.gz")
+	files := map[string]string{"/.manifest": `{"revision": "r1"}`, "/p.rego": goodPolicy}
+	writeBundle(t, path, files)
+	w, err := Watch(context.Background(), path, &WatchOptions{Debounce: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	files["/.manifest"] = `{"revision": "r2"}`
+	writeBundle(t, path+".tmp", files)
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bundle r2 swapped", func() bool { return w.Status().Revision == "r2" })
+	files["/p.rego"] = header + "classify := {\n"
+	writeBundle(t, path+".tmp", files)
+	os.Rename(path+".tmp", path)
+	waitFor(t, "broken bundle rejected", func() bool { return w.Status().Rejected == 1 })
+	if st := w.Status(); st.Revision != "r2" || !strings.Contains(st.LastError, "rego_parse_error") {
+		t.Fatalf("%+v", st)
+	}
+}
