@@ -53,6 +53,7 @@ known(c, who) if {
 extra(class, why) := {"reason": why, "slo": {"latency_target_ms": slo_ms, "percentile": s.percentile, "window_s": s.window_s}} if {
 	s := lib.classes[class].slo
 	slo_ms > 0
+	slo_ms <= 3600000 # the schema's bound: beyond it the decision would be rejected
 } else := {"reason": why}
 
 slo_ms := to_number(lib.label("arbiter.io/slo-ms")) if {

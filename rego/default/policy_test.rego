@@ -69,6 +69,12 @@ test_bad_slo_override_ignored if {
 	d.slo.latency_target_ms == 100
 }
 
+test_out_of_range_slo_override_ignored if {
+	d := arbiter.classify with input as doc({"env": {"ARBITER_CLASS": "latency-critical", "ARBITER_SLO_MS": "99999999"}})
+	d.class == "latency-critical"
+	d.slo.latency_target_ms == 100
+}
+
 test_best_effort_gets_no_slo if {
 	d := arbiter.classify with input as doc({"env": {"ARBITER_SLO_MS": "25"}})
 	not d.slo
