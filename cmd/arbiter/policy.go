@@ -302,4 +302,3 @@ func newPolicySchemaCmd() *cobra.Command {
 		},
 	}
 }
-
