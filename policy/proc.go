@@ -17,7 +17,9 @@ import (
 // ProcOptions tune ProcessFromProc; nil means defaults.
 type ProcOptions struct {
 	// Passwd is the passwd file that names uids; default /etc/passwd. A
-	// missing file leaves user names empty.
+	// uid it does not name is looked up in the process's own root
+	// (/proc/PID/root/etc/passwd, a container's users); else the name is
+	// left empty.
 	Passwd string
 	// EnvPrefix selects the environment variables passed to the policy;
 	// default "ARBITER_". Others are never read into the input.
@@ -90,6 +92,10 @@ func ProcessFromProc(procRoot string, pid int, opts *ProcOptions) (Process, erro
 	if b, err := readLimited(filepath.Join(dir, "status"), 64<<10); err == nil {
 		p.UID = parseUID(b)
 		p.User = lookupUser(o.Passwd, p.UID)
+		if p.User == "" {
+			// A container's users are in its own passwd file.
+			p.User = lookupUser(filepath.Join(dir, "root", "etc", "passwd"), p.UID)
+		}
 	}
 	if b, err := readLimited(filepath.Join(dir, "cgroup"), 64<<10); err == nil {
 		p.Cgroup = ParseCgroup(clean(cgroupPath(b)))

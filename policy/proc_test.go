@@ -165,6 +165,20 @@ func TestProcessFromProcBounds(t *testing.T) {
 	}
 }
 
+func TestProcessFromProcContainerUser(t *testing.T) {
+	root := fakeProc(t, "8", map[string]string{"stat": "8 (x) S 1 8", "status": "Uid:\t4242\t4242\t4242\t4242\n"}, nil)
+	if err := os.MkdirAll(filepath.Join(root, "8", "root", "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "8", "root", "etc", "passwd"), []byte("svc:x:4242:4242::/:/bin/false\n"), 0o644)
+	node := filepath.Join(t.TempDir(), "passwd")
+	os.WriteFile(node, []byte("root:x:0:0::/root:/bin/sh\n"), 0o644)
+	p, err := ProcessFromProc(root, 8, &ProcOptions{Passwd: node})
+	if err != nil || p.UID != 4242 || p.User != "svc" {
+		t.Fatalf("%+v %v", p, err)
+	}
+}
+
 func TestProcessFromProcErrors(t *testing.T) {
 	if _, err := ProcessFromProc(t.TempDir(), 1, nil); err == nil || !strings.Contains(err.Error(), "process 1:") {
 		t.Fatalf("missing process: %v", err)
