@@ -5,10 +5,13 @@ package uprobe
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -38,59 +41,58 @@ func TestDropsAndOverhead(t *testing.T) {
 	o.RingBufferSize = 64 << 10
 	tr := openTracer(t, o)
 
-	// Reader draining: a consumer counts events until paused.
-	read := make(chan int)
-	pause, resume := make(chan struct{}), make(chan struct{})
+	// The consumer reads until the gate is taken; it then finishes at most
+	// the Read in flight and waits.
+	var gate sync.RWMutex
+	var readCount atomic.Int64
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		var ev trace.Event
-		count := 0
 		for {
-			select {
-			case <-pause:
-				read <- count
-				<-resume
-			default:
-			}
+			gate.RLock()
+			gate.RUnlock()
 			if err := tr.Read(&ev); err != nil {
-				read <- count
 				return
 			}
-			count++
+			readCount.Add(1)
 		}
 	}()
-	probed := p.bestPerCall(t, n, reps)
-	time.Sleep(50 * time.Millisecond)
-	// The consumer may be blocked in Read; the next call wakes it.
-	go func() { pause <- struct{}{} }()
-	p.perCall(t, 1)
-	readBefore := <-read
-	issued := n*reps + 1
-	// Reader stopped: fill the queue and the ring, then time calls that
-	// can only be dropped.
-	for tr.Stats().Drops == 0 {
-		p.perCall(t, n)
-		issued += n
-	}
-	dropping := p.bestPerCall(t, n, reps)
-	issued += n * reps
-	drops := tr.Stats().Drops
-	close(resume)
 
-	// Everything issued is read or counted as dropped.
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		s := tr.Stats()
-		if int(s.Events+s.Drops) >= issued {
-			break
+	// Draining and dropping phases alternate over rounds, each timed as
+	// the best of reps, so load from other work on a shared machine falls
+	// on both alike.
+	const rounds = 3
+	probed, dropping := math.Inf(1), math.Inf(1)
+	issued := 0
+	var drops uint64
+	for range rounds {
+		probed = min(probed, p.bestPerCall(t, n, reps))
+		issued += n * reps
+		// Reader stopped: fill the queue and the ring, then time calls that
+		// can only be dropped.
+		gate.Lock()
+		for before := tr.Stats().Drops; tr.Stats().Drops == before; {
+			p.perCall(t, n)
+			issued += n
 		}
-		time.Sleep(20 * time.Millisecond)
+		dropping = min(dropping, p.bestPerCall(t, n, reps))
+		issued += n * reps
+		drops = tr.Stats().Drops
+		gate.Unlock()
+		// Let the reader drain before the next draining phase.
+		waitAccounted(t, tr, issued)
 	}
+	readBefore := int(readCount.Load())
+
+	s := waitAccounted(t, tr, issued)
 	time.Sleep(100 * time.Millisecond)
-	s := tr.Stats()
+	s = tr.Stats()
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)
 	}
-	readAfter := <-read
+	<-done
+	readAfter := int(readCount.Load())
 	after := p.bestPerCall(t, n, reps)
 	t.Logf("ns/call: unprobed %.0f, probed %.0f, dropping %.0f, after Close %.0f; issued %d, read %d, drops %d",
 		base, probed, dropping, after, issued, readAfter, s.Drops)
@@ -114,6 +116,20 @@ func TestDropsAndOverhead(t *testing.T) {
 	}
 	if after > 1.5*base+200 {
 		t.Errorf("after Close %.0f ns/call vs unprobed %.0f: probes left behind", after, base)
+	}
+}
+
+// waitAccounted waits until every one of issued calls is decoded or counted
+// as dropped, up to 30 s, and returns the tracer's counters.
+func waitAccounted(t *testing.T, tr *Tracer, issued int) Stats {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s := tr.Stats()
+		if int(s.Events+s.Drops) >= issued || time.Now().After(deadline) {
+			return s
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
