@@ -107,26 +107,8 @@ func (o *channelsOptions) requireCaps(what string, want ...caps.Cap) error {
 	if err != nil {
 		return err
 	}
-	if miss := caps.Missing(set, want...); len(miss) > 0 {
-		names := make([]string, len(miss))
-		for i, c := range miss {
-			names[i] = c.String()
-		}
-		return &missingCapsError{what: what, names: strings.Join(names, ", ")}
-	}
-	return nil
+	return caps.Check(set, what, want...)
 }
-
-// missingCapsError is a privilege the command lacks; it exits 77 like
-// caps.MissingError.
-type missingCapsError struct{ what, names string }
-
-func (e *missingCapsError) Error() string {
-	return fmt.Sprintf("%s needs %s: run as root (sudo) or grant them (setcap, or the container's securityContext.capabilities)", e.what, e.names)
-}
-
-// ExitCode makes a missing privilege exit with status 77 (EX_NOPERM).
-func (e *missingCapsError) ExitCode() int { return 77 }
 
 // rdev parses --control-rdev.
 func (o *channelsOptions) rdev() (nvrm.Rdev, error) {

@@ -53,9 +53,9 @@ func TestChannelsErrors(t *testing.T) {
 	}{
 		{"no driver", channelsOptions{}, []string{"list", "--control", filepath.Join(dir, "absent")}, "no NVIDIA driver: " + filepath.Join(dir, "absent") + " does not exist", 1},
 		{"no driver suspend", channelsOptions{}, []string{"suspend", "42", "--control", filepath.Join(dir, "absent")}, "no NVIDIA driver", 1},
-		{"no privileges list", channelsOptions{haveCaps: noCaps}, []string{"list", "--control", present}, "listing channel groups needs CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE", 77},
+		{"no privileges list", channelsOptions{haveCaps: noCaps}, []string{"list", "--control", present}, "listing channel groups needs CAP_BPF and CAP_PERFMON and CAP_SYS_PTRACE, which this process lacks", 77},
 		{"no privileges suspend", channelsOptions{haveCaps: noCaps}, []string{"suspend", "42", "--control", present}, "needs CAP_SYS_PTRACE", 77},
-		{"no ptrace", channelsOptions{haveCaps: func() (caps.Set, error) { return 1<<caps.BPF | 1<<caps.Perfmon, nil }}, []string{"timeslice", "42", "100", "--control", present}, "needs CAP_SYS_PTRACE:", 77},
+		{"no ptrace", channelsOptions{haveCaps: func() (caps.Set, error) { return 1<<caps.BPF | 1<<caps.Perfmon, nil }}, []string{"timeslice", "42", "100", "--control", present}, "needs CAP_SYS_PTRACE, which this process lacks", 77},
 		{"bad pid", channelsOptions{}, []string{"suspend", "x"}, `PID "x": want a positive process id`, 1},
 		{"zero pid", channelsOptions{}, []string{"resume", "0"}, `PID "0"`, 1},
 		{"bad timeslice", channelsOptions{}, []string{"timeslice", "42", "5ms"}, `MICROSECONDS "5ms"`, 1},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -159,37 +160,13 @@ func resolveCgroup(root, v string) (uint64, error) {
 // programs and maps, CAP_PERFMON to attach uprobes and tracepoints.
 var tracingCaps = []caps.Cap{caps.BPF, caps.Perfmon}
 
-// requireTracing returns nil when have allows live tracing, else an error
-// naming each missing capability and how to get it, exiting with 77.
+// requireTracing returns nil when have allows live tracing, else a
+// *caps.MissingError naming each missing capability (exit status 77).
 func requireTracing(have caps.Set) error {
-	miss := caps.Missing(have, tracingCaps...)
-	if len(miss) == 0 {
-		return nil
+	err := caps.Check(have, "tracing CUDA calls", tracingCaps...)
+	var me *caps.MissingError
+	if errors.As(err, &me) {
+		me.Hint = "or use --replay FILE, which needs none"
 	}
-	names := make([]string, len(miss))
-	lower := make([]string, len(miss))
-	for i, c := range miss {
-		names[i] = c.String()
-		lower[i] = strings.ToLower(c.String())
-	}
-	return &privilegeError{msg: fmt.Sprintf(
-		"tracing CUDA calls needs %s, which this process lacks: run it as root (sudo arbiter trace), "+
-			"grant the capabilities (sudo setcap %s+ep %s), or use --replay FILE, which needs none",
-		strings.Join(names, " and "), strings.Join(lower, ","), executable())}
-}
-
-// privilegeError is a missing privilege; the process exits with 77
-// (EX_NOPERM).
-type privilegeError struct{ msg string }
-
-func (e *privilegeError) Error() string { return e.msg }
-
-// ExitCode returns 77 (EX_NOPERM).
-func (e *privilegeError) ExitCode() int { return 77 }
-
-func executable() string {
-	if p, err := os.Executable(); err == nil {
-		return p
-	}
-	return "arbiter"
+	return err
 }

@@ -423,8 +423,8 @@ func TestRequireTracingMessage(t *testing.T) {
 		{"root", ^caps.Set(0), ""},
 		{"bpf and perfmon", bit(caps.BPF, caps.Perfmon), ""},
 		{"sys_admin alone", bit(caps.SysAdmin), ""},
-		{"none", 0, "tracing CUDA calls needs CAP_BPF and CAP_PERFMON, which this process lacks: run it as root (sudo arbiter trace), grant the capabilities (sudo setcap cap_bpf,cap_perfmon+ep "},
-		{"bpf only", bit(caps.BPF), "tracing CUDA calls needs CAP_PERFMON, which this process lacks: run it as root (sudo arbiter trace), grant the capabilities (sudo setcap cap_perfmon+ep "},
+		{"none", 0, "tracing CUDA calls needs CAP_BPF and CAP_PERFMON, which this process lacks: run it as root (sudo), or grant the capabilities (setcap cap_bpf,cap_perfmon+ep "},
+		{"bpf only", bit(caps.BPF), "tracing CUDA calls needs CAP_PERFMON, which this process lacks: run it as root (sudo), or grant the capabilities (setcap cap_perfmon+ep "},
 		{"perfmon only", bit(caps.Perfmon, caps.SysPtrace), "tracing CUDA calls needs CAP_BPF, which this process lacks"},
 	}
 	for _, tt := range tests {

@@ -89,36 +89,57 @@ func Missing(have Set, want ...Cap) []Cap {
 	return out
 }
 
-// Require returns an error naming every capability of want the process
-// lacks, with how to get them, or nil when it holds them all. what says
-// what needs them, e.g. "tracing CUDA calls".
+// Require returns an error naming every capability of want the calling
+// process lacks, with how to get them, or nil when it holds them all. what
+// says what needs them, e.g. "tracing CUDA calls".
 func Require(what string, want ...Cap) error {
 	have, err := Effective()
 	if err != nil {
 		return err
 	}
+	return Check(have, what, want...)
+}
+
+// Check is Require against a given capability set.
+func Check(have Set, what string, want ...Cap) error {
 	miss := Missing(have, want...)
 	if len(miss) == 0 {
 		return nil
 	}
-	names := make([]string, len(miss))
-	for i, c := range miss {
-		names[i] = c.String()
+	bin, err := os.Executable()
+	if err != nil {
+		bin = "BINARY"
 	}
-	return &MissingError{What: what, Caps: miss, names: strings.Join(names, ", ")}
+	return &MissingError{What: what, Caps: miss, Binary: bin}
 }
 
 // MissingError says which capabilities an operation lacks.
 type MissingError struct {
-	What  string
-	Caps  []Cap
-	names string
+	// What needs the capabilities, e.g. "tracing CUDA calls".
+	What string
+	// Caps are the missing capabilities.
+	Caps []Cap
+	// Binary is the executable to grant them to.
+	Binary string
+	// Hint, when set, is a further way out appended to the message, e.g.
+	// "or use --replay FILE, which needs none".
+	Hint string
 }
 
 // Error names the missing capabilities and how to obtain them.
 func (e *MissingError) Error() string {
-	return fmt.Sprintf("%s needs %s: run as root (sudo) or grant them (setcap %s+ep, or the container's securityContext.capabilities)",
-		e.What, e.names, strings.ToLower(strings.ReplaceAll(e.names, " ", "")))
+	names := make([]string, len(e.Caps))
+	lower := make([]string, len(e.Caps))
+	for i, c := range e.Caps {
+		names[i] = c.String()
+		lower[i] = strings.ToLower(c.String())
+	}
+	msg := fmt.Sprintf("%s needs %s, which this process lacks: run it as root (sudo), or grant the capabilities (setcap %s+ep %s, or the container's securityContext.capabilities.add)",
+		e.What, strings.Join(names, " and "), strings.Join(lower, ","), e.Binary)
+	if e.Hint != "" {
+		msg += ", " + e.Hint
+	}
+	return msg
 }
 
 // ExitCode makes a missing privilege exit with status 77 (EX_NOPERM).

@@ -50,9 +50,22 @@ func TestMissing(t *testing.T) {
 	if len(m) != 2 || m[0] != Perfmon || m[1] != SysPtrace {
 		t.Errorf("Missing = %v, want [CAP_PERFMON CAP_SYS_PTRACE]", m)
 	}
-	err := error(&MissingError{What: "tracing", Caps: m, names: "CAP_PERFMON, CAP_SYS_PTRACE"})
+	if err := Check(^Set(0), "tracing", BPF, Perfmon, SysPtrace); err != nil {
+		t.Errorf("full set: %v", err)
+	}
+	err := Check(1<<BPF, "tracing", BPF, Perfmon, SysPtrace)
 	var me *MissingError
-	if !errors.As(err, &me) || me.ExitCode() != 77 || !strings.Contains(err.Error(), "CAP_PERFMON") {
-		t.Errorf("error %q does not name the capability", err)
+	if !errors.As(err, &me) || me.ExitCode() != 77 {
+		t.Fatalf("Check = %v, want a *MissingError", err)
+	}
+	me.Binary = "/usr/bin/arbiter"
+	want := "tracing needs CAP_PERFMON and CAP_SYS_PTRACE, which this process lacks: run it as root (sudo), " +
+		"or grant the capabilities (setcap cap_perfmon,cap_sys_ptrace+ep /usr/bin/arbiter, or the container's securityContext.capabilities.add)"
+	if err.Error() != want {
+		t.Errorf("message\n got %q\nwant %q", err, want)
+	}
+	me.Hint = "or use --replay"
+	if !strings.HasSuffix(err.Error(), "), or use --replay") {
+		t.Errorf("hint not appended: %q", err)
 	}
 }
