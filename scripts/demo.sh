@@ -80,4 +80,9 @@ bold "The recording replays without privileges; one sync as JSON:"
 bold "Stopping the workloads (they report what they saw themselves):"
 cleanup
 trap - EXIT
+
+bold "What-if: inference beside training in the GPU simulator (arbiter sim)"
+echo "(examples/workloads/timeslice-inflation.yaml: the driver's default time-slicing vs running alone, MPS-like sharing and ideal priority)"
+"$arbiter" sim --workload examples/workloads/timeslice-inflation.yaml --duration 20s --quiet
+
 bold "Next: on a GPU server, 'sudo ./bin/arbiter trace' shows real CUDA programs the same way."
