@@ -208,6 +208,7 @@ type callChecker struct {
 	mismatches int
 	first      []string
 	zeroDur    int
+	launches   int
 }
 
 func (c *callChecker) check(ev *trace.Event) {
@@ -220,6 +221,9 @@ func (c *callChecker) check(ev *trace.Event) {
 		got.Sync.Duration = 0
 	}
 	want := expectCall(c.next, c.pid)
+	if got.Kind == trace.KindLaunch {
+		c.launches++
+	}
 	if got != want || ev.TID != c.pid || ev.Time == 0 {
 		c.mismatches++
 		if len(c.first) < 5 {
