@@ -13,7 +13,7 @@ import (
 // from. The C files live in csrc/ because the go tool refuses C files in a
 // package directory that does not use cgo.
 //
-//go:embed cuda.h csrc/stub.c csrc/libcuda.map csrc/infer.c csrc/train.c
+//go:embed cuda.h csrc/stub.c csrc/libcuda.map csrc/workload.h csrc/infer.c csrc/train.c
 var sources embed.FS
 
 // Compiler flags for the library. -fcf-protection=full puts endbr64 first in
@@ -59,7 +59,7 @@ func BuildAt(dir string) (*Build, error) {
 			return nil, fmt.Errorf("build stub driver: %w", err)
 		}
 	}
-	for _, name := range []string{"cuda.h", "csrc/stub.c", "csrc/libcuda.map", "csrc/infer.c", "csrc/train.c"} {
+	for _, name := range []string{"cuda.h", "csrc/stub.c", "csrc/libcuda.map", "csrc/workload.h", "csrc/infer.c", "csrc/train.c"} {
 		data, err := sources.ReadFile(name)
 		if err != nil {
 			return nil, fmt.Errorf("build stub driver: %w", err)

@@ -20,40 +20,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "cuda.h" /* internal/cudastub/cuda.h; BuildAt copies it beside this file */
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig) { (void)sig; stop = 1; }
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static void check(CUresult r, const char *what)
-{
-	if (r == CUDA_SUCCESS)
-		return;
-	const char *name = NULL;
-	cuGetErrorName(r, &name);
-	fprintf(stderr, "train: %s: %s (%d)\n", what, name ? name : "unknown error", (int)r);
-	exit(1);
-}
-
-static double parse_num(const char *flag, const char *s)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno != 0 || end == s || *end != '\0' || v < 0 || isnan(v)) {
-		fprintf(stderr, "train: --%s: want a non-negative number, got \"%s\"\n", flag, s);
-		exit(2);
-	}
-	return v;
-}
+#define WORKLOAD_NAME "train"
+#include "workload.h" /* with cuda.h: BuildAt copies both beside this file */
 
 static void usage(void)
 {
