@@ -113,17 +113,7 @@ func TestPerfEventProbes(t *testing.T) {
 	}
 	const n = 3000
 	p := r.start(t, nil, false, "calls", strconv.Itoa(n))
-	c := &callChecker{pid: p.pid}
-	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
-		if ev.PID == p.pid && (ev.Kind == trace.KindLaunch || ev.Kind == trace.KindCopy || ev.Kind == trace.KindSync) {
-			c.check(ev)
-		}
-		return ev.PID == p.pid && ev.Kind == trace.KindExit
-	})
-	p.wait(t)
-	if c.next != n || c.mismatches != 0 || c.zeroDur != 0 {
-		t.Errorf("%d calls seen of %d, %d mismatched, %d syncs without duration\n%s", c.next, n, c.mismatches, c.zeroDur, strings.Join(c.first, "\n"))
-	}
+	checkCalls(t, tr, p, n, "perf-event probes")
 }
 
 // TestSyncDurationAndResult checks that synchronizers report their real

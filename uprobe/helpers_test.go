@@ -211,6 +211,25 @@ type callChecker struct {
 	launches   int
 }
 
+// checkCalls reads the events of p's driver calls until p exits and checks
+// that exactly n arrived, each with the exerciser's arguments and every sync
+// with a duration.
+func checkCalls(t *testing.T, tr *Tracer, p *proc, n uint64, where string) {
+	t.Helper()
+	c := &callChecker{pid: p.pid}
+	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
+		if ev.PID == p.pid && (ev.Kind == trace.KindLaunch || ev.Kind == trace.KindCopy || ev.Kind == trace.KindSync) {
+			c.check(ev)
+		}
+		return ev.PID == p.pid && ev.Kind == trace.KindExit
+	})
+	p.wait(t)
+	if c.next != n || c.mismatches != 0 || c.zeroDur != 0 {
+		t.Errorf("%s: %d calls seen of %d, %d mismatched, %d syncs without duration\n%s",
+			where, c.next, n, c.mismatches, c.zeroDur, strings.Join(c.first, "\n"))
+	}
+}
+
 func (c *callChecker) check(ev *trace.Event) {
 	got := *ev
 	got.Time, got.TID, got.Cgroup = 0, 0, 0

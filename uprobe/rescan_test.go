@@ -38,17 +38,7 @@ func TestRescanCopy(t *testing.T) {
 		t.Fatalf("copy attached %v", lib.Attached)
 	}
 	p.send(t, "go")
-	c := &callChecker{pid: p.pid}
-	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
-		if ev.PID == p.pid && (ev.Kind == trace.KindLaunch || ev.Kind == trace.KindCopy || ev.Kind == trace.KindSync) {
-			c.check(ev)
-		}
-		return ev.PID == p.pid && ev.Kind == trace.KindExit
-	})
-	p.wait(t)
-	if c.next != 300 || c.mismatches != 0 {
-		t.Errorf("%d calls seen through the copy, %d mismatched\n%s", c.next, c.mismatches, strings.Join(c.first, "\n"))
-	}
+	checkCalls(t, tr, p, 300, "through the copy")
 	waitLibrary(t, tr, func(l Library) bool { return strings.HasPrefix(l.Path, dir) }, false)
 }
 
@@ -79,17 +69,7 @@ LD_LIBRARY_PATH=%[2]s exec %[4]s calls 300`, store, target, r.stub.Lib, r.exerci
 		t.Fatal("the library is visible outside the namespace: the test proves nothing")
 	}
 	p.send(t, "go")
-	c := &callChecker{pid: p.pid}
-	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
-		if ev.PID == p.pid && (ev.Kind == trace.KindLaunch || ev.Kind == trace.KindCopy || ev.Kind == trace.KindSync) {
-			c.check(ev)
-		}
-		return ev.PID == p.pid && ev.Kind == trace.KindExit
-	})
-	p.wait(t)
-	if c.next != 300 || c.mismatches != 0 {
-		t.Errorf("%d calls seen in the namespace, %d mismatched\n%s", c.next, c.mismatches, strings.Join(c.first, "\n"))
-	}
+	checkCalls(t, tr, p, 300, "in the namespace")
 }
 
 // TestExecAttachesSoon checks that a process's exec event makes the tracer
@@ -108,17 +88,7 @@ func TestExecAttachesSoon(t *testing.T) {
 	waitLibrary(t, tr, func(l Library) bool { return strings.HasPrefix(l.Path, dir) }, true)
 	t.Logf("attached %v after start", time.Since(start))
 	p.send(t, "go")
-	c := &callChecker{pid: p.pid}
-	collect(t, tr, time.Minute, func(ev *trace.Event) bool {
-		if ev.PID == p.pid && (ev.Kind == trace.KindLaunch || ev.Kind == trace.KindCopy || ev.Kind == trace.KindSync) {
-			c.check(ev)
-		}
-		return ev.PID == p.pid && ev.Kind == trace.KindExit
-	})
-	p.wait(t)
-	if c.next != 60 || c.mismatches != 0 {
-		t.Errorf("%d calls seen, %d mismatched\n%s", c.next, c.mismatches, strings.Join(c.first, "\n"))
-	}
+	checkCalls(t, tr, p, 60, "after exec")
 }
 
 // TestReplacedLibrary plays a driver upgrade: the library file is replaced
