@@ -87,21 +87,37 @@ func (l *attachedLibrary) close() error {
 	return nil
 }
 
-// programFor returns the entry program of a Func and, for synchronizers,
-// the return program.
-func programFor(p *programs, f trace.Func) (entry, ret *ebpf.Program) {
+// programFor returns the programs and attach offset for f's site at
+// offset under mode: its entry program and, for synchronizers, its return
+// program; the empty program in their place for the noop modes; the
+// function's entry instead of offset for probeEntryOffset.
+func programFor(p *programs, mode probeMode, f trace.Func, offset uint64) (entry, ret *ebpf.Program, off uint64) {
 	switch f {
 	case trace.FuncLaunchKernel, trace.FuncLaunchKernelPtsz,
 		trace.FuncLaunchCooperativeKernel, trace.FuncLaunchCooperativeKernelPtsz:
-		return p.launch, nil
+		entry = p.launch
 	case trace.FuncLaunchKernelEx, trace.FuncLaunchKernelExPtsz:
-		return p.launchEx, nil
+		entry = p.launchEx
+	default:
+		if f.Info().Kind == trace.KindSync {
+			entry, ret = p.sync, p.retSync
+		} else {
+			// Copies and cuGraphLaunch: four register arguments.
+			entry = p.args
+		}
 	}
-	if f.Info().Kind == trace.KindSync {
-		return p.sync, p.retSync
+	switch mode {
+	case probeNoop:
+		entry, ret = p.noop, nil
+	case probeNoopReturn:
+		entry = p.noop
+		if ret != nil {
+			ret = p.noop
+		}
+	case probeEntryOffset:
+		offset = 0
 	}
-	// Copies and cuGraphLaunch: four register arguments.
-	return p.args, nil
+	return entry, ret, offset
 }
 
 // sites are the attach points of one program in one library.
@@ -158,19 +174,7 @@ func attachLibrary(plan *attachPlan, c candidate) (*attachedLibrary, error) {
 			l.ifuncs[f] = sym
 			continue
 		}
-		entry, ret := programFor(p, f)
-		offset := sym.offset
-		switch mode {
-		case probeNoop:
-			entry, ret = p.noop, nil
-		case probeNoopReturn:
-			entry = p.noop
-			if ret != nil {
-				ret = p.noop
-			}
-		case probeEntryOffset:
-			offset = 0
-		}
+		entry, ret, offset := programFor(p, mode, f, sym.offset)
 		add(entry, false, sym, offset, cookie)
 		if ret != nil {
 			add(ret, true, sym, offset, cookie)
@@ -202,20 +206,8 @@ func (l *attachedLibrary) resolveIFunc(fn trace.Func, impl uint64) error {
 	n, _ := f.ReadAt(code, int64(impl))
 	f.Close()
 	code = code[:n]
-	offset := attachOffset(sym.machine, code)
 	p := l.plan.progs
-	entry, ret := programFor(p, fn)
-	switch l.plan.mode {
-	case probeNoop:
-		entry, ret = p.noop, nil
-	case probeNoopReturn:
-		entry = p.noop
-		if ret != nil {
-			ret = p.noop
-		}
-	case probeEntryOffset:
-		offset = 0
-	}
+	entry, ret, offset := programFor(p, l.plan.mode, fn, attachOffset(sym.machine, code))
 	cookie := uint64(fn) | uint64(fn.Info().Kind)<<bpf.CookieKindShift
 	site := func(ret bool) *sites {
 		return &sites{ret: ret, addrs: []uint64{impl}, offsets: []uint64{offset}, cookies: []uint64{cookie}, names: []string{sym.name}}
