@@ -64,17 +64,29 @@ func benchInput() Input {
 	return in
 }
 
-func BenchmarkClassifyDefault(b *testing.B) {
-	p, err := LoadFS(context.Background(), defaultPolicyFS(), "default", nil)
-	if err != nil {
-		b.Fatal(err)
+// evaluators runs a benchmark once per evaluator, so that the compiled
+// plan is measured against topdown in the same run.
+func evaluators(b *testing.B, load func(*Options) (*Policy, error), bench func(b *testing.B, p *Policy)) {
+	for _, ev := range []Evaluator{EvaluatorPlan, EvaluatorTopdown} {
+		b.Run(string(ev), func(b *testing.B) {
+			p, err := load(&Options{Evaluator: ev, EvalTimeout: 10 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bench(b, p)
+		})
 	}
+}
+
+func BenchmarkClassifyDefault(b *testing.B) {
 	in := benchInput()
 	ctx := context.Background()
-	reportLatency(b, func() {
-		if d, err := p.Classify(ctx, in); err != nil || d.Class != "latency-critical" {
-			b.Fatal(d, err)
-		}
+	evaluators(b, func(o *Options) (*Policy, error) { return LoadFS(ctx, defaultPolicyFS(), "default", o) }, func(b *testing.B, p *Policy) {
+		reportLatency(b, func() {
+			if d, err := p.Classify(ctx, in); err != nil || d.Class != "latency-critical" {
+				b.Fatal(d, err)
+			}
+		})
 	})
 }
 
@@ -117,16 +129,14 @@ classify := object.union(lib.classes[best[1]], {"priority": best[0]}) if {
 
 func BenchmarkClassify200Rules(b *testing.B) {
 	dir := writeDir(b, map[string]string{"p.rego": rules200()})
-	p, err := Load(context.Background(), dir, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
 	in := benchInput()
 	ctx := context.Background()
-	reportLatency(b, func() {
-		if d, err := p.Classify(ctx, in); err != nil || d.Priority != 149 || d.Class != "best-effort" {
-			b.Fatal(d, err)
-		}
+	evaluators(b, func(o *Options) (*Policy, error) { return Load(ctx, dir, o) }, func(b *testing.B, p *Policy) {
+		reportLatency(b, func() {
+			if d, err := p.Classify(ctx, in); err != nil || d.Priority != 149 || d.Class != "best-effort" {
+				b.Fatal(d, err)
+			}
+		})
 	})
 }
 
@@ -151,17 +161,15 @@ func benchState() State {
 }
 
 func BenchmarkVictims1000Processes(b *testing.B) {
-	p, err := LoadFS(context.Background(), defaultPolicyFS(), "default", &Options{EvalTimeout: 10 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
 	st := benchState()
 	ctx := context.Background()
-	reportLatency(b, func() {
-		v, err := p.Victims(ctx, st)
-		if err != nil || len(v.Suspend) != 800 || len(v.Throttle) != 100 {
-			b.Fatal(len(v.Suspend), len(v.Throttle), err)
-		}
+	evaluators(b, func(o *Options) (*Policy, error) { return LoadFS(ctx, defaultPolicyFS(), "default", o) }, func(b *testing.B, p *Policy) {
+		reportLatency(b, func() {
+			v, err := p.Victims(ctx, st)
+			if err != nil || len(v.Suspend) != 800 || len(v.Throttle) != 100 {
+				b.Fatal(len(v.Suspend), len(v.Throttle), err)
+			}
+		})
 	})
 }
 

@@ -18,6 +18,7 @@ const MaxInputDepth = 1000
 // EvalResult is one evaluation made by Eval, for `arbiter policy eval`.
 type EvalResult struct {
 	Entrypoint string           `json:"entrypoint"`
+	Evaluator  Evaluator        `json:"evaluator"` // plan, or topdown (always with a trace)
 	Defined    bool             `json:"defined"`
 	Value      any              `json:"value,omitempty"`    // what the policy returned
 	Decision   *Decision        `json:"decision,omitempty"` // classify: what the engine would apply
@@ -94,7 +95,10 @@ func (p *Policy) Eval(ctx context.Context, input any, trace bool) (*EvalResult, 
 	if err != nil {
 		return nil, fmt.Errorf("input: %w", err)
 	}
-	res := &EvalResult{Entrypoint: EntryClassify}
+	res := &EvalResult{Entrypoint: EntryClassify, Evaluator: EvaluatorTopdown}
+	if p.planned != nil && !trace {
+		res.Evaluator = EvaluatorPlan
+	}
 	var tracer *topdown.BufferTracer
 	if trace {
 		tracer = topdown.NewBufferTracer()
@@ -107,8 +111,8 @@ func (p *Policy) Eval(ctx context.Context, input any, trace bool) (*EvalResult, 
 		res.Entrypoint = EntryVictims
 		var d VictimDecision
 		if p.victims != nil {
-			v, defined, err := p.eval(ctx, *p.victims, val, qt)
-			res.Defined, res.Value = defined, v
+			v, defined, err := p.eval(ctx, EntryVictims, val, qt)
+			res.Defined, res.Value = defined, jsonValue(v)
 			d, err = p.decideVictims(v, defined, err, knownPIDs(m))
 			if err != nil {
 				res.Error = err.Error()
@@ -116,8 +120,8 @@ func (p *Policy) Eval(ctx context.Context, input any, trace bool) (*EvalResult, 
 		}
 		res.Victims = &d
 	} else {
-		v, defined, err := p.eval(ctx, p.classify, val, qt)
-		res.Defined, res.Value = defined, v
+		v, defined, err := p.eval(ctx, EntryClassify, val, qt)
+		res.Defined, res.Value = defined, jsonValue(v)
 		proc, _ := m["process"].(map[string]any)
 		pid, _ := number(proc["pid"])
 		comm, _ := proc["comm"].(string)
@@ -131,6 +135,19 @@ func (p *Policy) Eval(ctx context.Context, input any, trace bool) (*EvalResult, 
 		res.Trace = *tracer
 	}
 	return res, nil
+}
+
+// jsonValue converts what the policy returned for printing; nil when
+// undefined.
+func jsonValue(v ast.Value) any {
+	if v == nil {
+		return nil
+	}
+	j, err := ast.JSON(v)
+	if err != nil {
+		return v.String()
+	}
+	return j
 }
 
 func knownPIDs(input map[string]any) func(int) bool {

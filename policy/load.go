@@ -299,7 +299,7 @@ func mergeData(dst map[string]any, p string, b []byte) error {
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return fmt.Errorf("the top level must be an object, got %s", typeName(v))
+		return fmt.Errorf("the top level must be an object, got %s", typeName(jsonDoc{}, v, jsonDoc{}.kind(v)))
 	}
 	node := dst
 	if dir := path.Dir(p); dir != "." {

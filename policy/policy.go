@@ -16,6 +16,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/open-policy-agent/opa/v1/topdown/print"
+
+	"github.com/gpu-arbiter/arbiter/policy/irvm"
 )
 
 // Entry points a policy defines in package arbiter.
@@ -50,6 +52,9 @@ type Options struct {
 	Library fs.FS
 	// NoLibrary adds no helper library at all.
 	NoLibrary bool
+	// Evaluator chooses how entry points are evaluated; the default uses
+	// the compiled plan whenever the policy can be planned.
+	Evaluator Evaluator
 }
 
 // Print is one line printed by a policy.
@@ -87,6 +92,11 @@ type Policy struct {
 	classify opa.PreparedEvalQuery
 	victims  *opa.PreparedEvalQuery // nil: the policy has no victims rule
 	def      Decision
+	// planned is the policy compiled to OPA's IR, nil when it runs on
+	// topdown; planErr says why it does.
+	planned *planned
+	planErr error
+	decided decisionCache
 	// gpus caches the node's GPU list as a value: it rarely changes and is
 	// the costliest part of the input to build.
 	gpus atomic.Pointer[gpuCache]
@@ -163,7 +173,28 @@ func New(ctx context.Context, src *Source, opts *Options) (*Policy, error) {
 	if err := p.loadDefault(ctx); err != nil {
 		return nil, err
 	}
+	switch o.Evaluator {
+	case EvaluatorTopdown:
+		p.planErr = errors.New("topdown chosen in the options")
+	case EvaluatorAuto, EvaluatorPlan:
+		if p.planned, p.planErr = p.plan(ctx); p.planErr != nil && o.Evaluator == EvaluatorPlan {
+			return nil, &Error{Source: src.Name, Diagnostics: []Diagnostic{{Code: CodeEntrypoint,
+				Message: "the policy cannot be evaluated as a compiled plan (evaluator plan): " + p.planErr.Error()}}}
+		}
+	default:
+		return nil, fmt.Errorf("unknown evaluator %q: want plan or topdown", o.Evaluator)
+	}
 	return p, nil
+}
+
+// Evaluator says how the policy's entry points are evaluated: EvaluatorPlan
+// (OPA's planner and the IR interpreter) or EvaluatorTopdown, with the
+// reason the plan is not used.
+func (p *Policy) Evaluator() (Evaluator, error) {
+	if p.planned != nil {
+		return EvaluatorPlan, nil
+	}
+	return EvaluatorTopdown, p.planErr
 }
 
 // deniedBuiltins are left out of the capabilities: a classification must
@@ -246,7 +277,7 @@ func (p *Policy) loadDefault(ctx context.Context) error {
 	if fe := p.schemas.decision.validate(v); fe != nil {
 		return diag("data.arbiter.default_decision: " + fe.Error())
 	}
-	p.def = decodeDecision(v.(map[string]any))
+	p.def = decodeDecision(jsonDoc{}, v)
 	return nil
 }
 
@@ -279,11 +310,21 @@ func (p *Policy) HasVictims() bool { return p.victims != nil }
 // returned together with a *DecisionError naming the process and the field.
 // An undefined classify also yields the default decision, without error.
 func (p *Policy) Classify(ctx context.Context, in Input) (Decision, error) {
-	v, defined, err := p.eval(ctx, p.classify, in.value(p.gpusValue(in.Node.GPUs)), nil)
+	var (
+		v       ast.Value
+		defined bool
+		err     error
+	)
+	if p.planned != nil {
+		// The plan asks for what the policy reads, path by path.
+		v, defined, err = p.evalPlanned(ctx, EntryClassify, &irvm.Options{Source: &inputSource{in: &in, gpus: p.gpusValue(in.Node.GPUs)}})
+	} else {
+		v, defined, err = p.eval(ctx, EntryClassify, in.value(p.gpusValue(in.Node.GPUs)), nil)
+	}
 	return p.decide(v, defined, err, in.Process.PID, in.Process.Comm)
 }
 
-func (p *Policy) decide(v any, defined bool, err error, pid int, comm string) (Decision, error) {
+func (p *Policy) decide(v ast.Value, defined bool, err error, pid int, comm string) (Decision, error) {
 	fail := func(field string, err error) (Decision, error) {
 		return p.def, &DecisionError{Entrypoint: EntryClassify, PID: pid, Comm: comm, Field: field, Fallback: p.def.Class, Err: err}
 	}
@@ -293,10 +334,15 @@ func (p *Policy) decide(v any, defined bool, err error, pid int, comm string) (D
 	if !defined {
 		return p.def, nil
 	}
-	if fe := p.schemas.decision.validate(v); fe != nil {
+	if d, ok := p.decided.get(v); ok {
+		return d, nil
+	}
+	if fe := p.schemas.decision.validateAST(p.schemas.ast, v); fe != nil {
 		return fail(fe.Field, errors.New(fe.Message))
 	}
-	return decodeDecision(v.(map[string]any)), nil
+	d := decodeDecision(p.schemas.ast, v)
+	p.decided.put(v, d)
+	return d, nil
 }
 
 // Victims evaluates the control-loop entry point. A policy without one, or
@@ -308,7 +354,7 @@ func (p *Policy) Victims(ctx context.Context, s State) (VictimDecision, error) {
 	if p.victims == nil {
 		return VictimDecision{}, nil
 	}
-	v, defined, err := p.eval(ctx, *p.victims, s.value(p.gpusValue(s.Node.GPUs)), nil)
+	v, defined, err := p.eval(ctx, EntryVictims, s.value(p.gpusValue(s.Node.GPUs)), nil)
 	var pids map[int]bool
 	return p.decideVictims(v, defined, err, func(pid int) bool {
 		if pids == nil {
@@ -321,7 +367,7 @@ func (p *Policy) Victims(ctx context.Context, s State) (VictimDecision, error) {
 	})
 }
 
-func (p *Policy) decideVictims(v any, defined bool, err error, known func(int) bool) (VictimDecision, error) {
+func (p *Policy) decideVictims(v ast.Value, defined bool, err error, known func(int) bool) (VictimDecision, error) {
 	fail := func(field string, err error) (VictimDecision, error) {
 		return VictimDecision{}, &DecisionError{Entrypoint: EntryVictims, Field: field, Err: err}
 	}
@@ -331,10 +377,10 @@ func (p *Policy) decideVictims(v any, defined bool, err error, known func(int) b
 	if !defined {
 		return VictimDecision{}, nil
 	}
-	if fe := p.schemas.victims.validate(v); fe != nil {
+	if fe := p.schemas.victims.validateAST(p.schemas.ast, v); fe != nil {
 		return fail(fe.Field, errors.New(fe.Message))
 	}
-	d := decodeVictims(v.(map[string]any))
+	d := decodeVictims(p.schemas.ast, v)
 	if known != nil {
 		for i, s := range d.Suspend {
 			if !known(s.PID) {
@@ -350,8 +396,17 @@ func (p *Policy) decideVictims(v any, defined bool, err error, known func(int) b
 	return d, nil
 }
 
-// eval runs q on input under the evaluation deadline.
-func (p *Policy) eval(ctx context.Context, q opa.PreparedEvalQuery, input ast.Value, tracer topdown.QueryTracer) (any, bool, error) {
+// eval runs an entry point (classify or victims) on input under the
+// evaluation deadline: through the compiled plan when there is one and no
+// trace is asked for, else through topdown.
+func (p *Policy) eval(ctx context.Context, entry string, input ast.Value, tracer topdown.QueryTracer) (ast.Value, bool, error) {
+	if p.planned != nil && tracer == nil {
+		return p.evalPlanned(ctx, entry, &irvm.Options{Input: ast.NewTerm(input)})
+	}
+	q := p.classify
+	if entry == EntryVictims {
+		q = *p.victims
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.EvalTimeout)
 	defer cancel()
 	opts := []opa.EvalOption{opa.EvalParsedInput(input)}
@@ -365,8 +420,45 @@ func (p *Policy) eval(ctx context.Context, q opa.PreparedEvalQuery, input ast.Va
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
 		return nil, false, nil
 	}
-	return rs[0].Expressions[0].Value, true, nil
+	// The decision is read as OPA's AST on both paths.
+	v, err := ast.InterfaceToValue(rs[0].Expressions[0].Value)
+	if err != nil {
+		return nil, false, fmt.Errorf("data.arbiter.%s: %w", entry, err)
+	}
+	return v, true, nil
 }
+
+// evalPlanned runs an entry point's plan. The deadline is checked by the
+// interpreter itself, so no timer is set up per call.
+func (p *Policy) evalPlanned(ctx context.Context, entry string, o *irvm.Options) (ast.Value, bool, error) {
+	plan := planClassify
+	if entry == EntryVictims {
+		plan = planVictims
+	}
+	o.Data, o.Deadline, o.Print = p.planned.data, time.Now().Add(p.opts.EvalTimeout), printHook{p.opts.Print}
+	rs, err := p.planned.prog.Eval(ctx, plan, o)
+	if err != nil {
+		var ie *irvm.Error
+		if errors.As(err, &ie) && ie.Code == irvm.CodeCancel {
+			return nil, false, fmt.Errorf("evaluation stopped after %v (Options.EvalTimeout): %w", p.opts.EvalTimeout, err)
+		}
+		return nil, false, err
+	}
+	if len(rs) == 0 {
+		return nil, false, nil
+	}
+	obj, ok := rs[0].Value.(ast.Object)
+	if !ok {
+		return nil, false, fmt.Errorf("plan %s returned %v, not a result object", plan, rs[0])
+	}
+	res := obj.Get(resultKey)
+	if res == nil {
+		return nil, false, nil
+	}
+	return res.Value, true, nil
+}
+
+var resultKey = ast.StringTerm("result")
 
 func (p *Policy) evalError(err error) error {
 	if topdown.IsCancel(err) || errors.Is(err, context.DeadlineExceeded) {
@@ -387,68 +479,4 @@ func (h printHook) Print(ctx print.Context, msg string) error {
 	}
 	h.f(pr)
 	return nil
-}
-
-// Decoding runs only on values the schema accepted, so every type
-// assertion below holds.
-
-func decodeDecision(m map[string]any) Decision {
-	d := Decision{Class: m["class"].(string), Preemption: Preemption{Mode: ModeObserve}}
-	if v, ok := m["priority"]; ok {
-		d.Priority = int(mustFloat(v))
-	}
-	if s, ok := m["slo"].(map[string]any); ok {
-		d.SLO = &SLO{LatencyTargetMS: mustFloat(s["latency_target_ms"]), Percentile: mustFloat(s["percentile"]), WindowS: mustFloat(s["window_s"])}
-	}
-	if pr, ok := m["preemption"].(map[string]any); ok {
-		d.Preemption.Mode = Mode(pr["mode"].(string))
-		if v, ok := pr["timeslice_us"]; ok {
-			d.Preemption.TimesliceUS = int(mustFloat(v))
-		}
-		d.Preemption.Interleave, _ = pr["interleave"].(string)
-		d.Preemption.PrePreemptionHint, _ = pr["pre_preemption_hint"].(bool)
-	}
-	if q, ok := m["quota"].(map[string]any); ok {
-		d.Quota = &Quota{MaxGPUShare: mustFloat(q["max_gpu_share"])}
-	}
-	if obs, ok := m["observe"].([]any); ok {
-		d.Observe = make([]string, len(obs))
-		for i, o := range obs {
-			d.Observe[i] = o.(string)
-		}
-	}
-	d.Reason, _ = m["reason"].(string)
-	return d
-}
-
-func decodeVictims(m map[string]any) VictimDecision {
-	var d VictimDecision
-	if ss, ok := m["suspend"].([]any); ok {
-		d.Suspend = make([]Suspension, len(ss))
-		for i, s := range ss {
-			sm := s.(map[string]any)
-			d.Suspend[i] = Suspension{PID: int(mustFloat(sm["pid"]))}
-			d.Suspend[i].Reason, _ = sm["reason"].(string)
-			if gs, ok := sm["gpus"].([]any); ok {
-				d.Suspend[i].GPUs = make([]int, len(gs))
-				for j, g := range gs {
-					d.Suspend[i].GPUs[j] = int(mustFloat(g))
-				}
-			}
-		}
-	}
-	if ts, ok := m["throttle"].([]any); ok {
-		d.Throttle = make([]Throttle, len(ts))
-		for i, t := range ts {
-			tm := t.(map[string]any)
-			d.Throttle[i] = Throttle{PID: int(mustFloat(tm["pid"])), MaxGPUShare: mustFloat(tm["max_gpu_share"])}
-			d.Throttle[i].Reason, _ = tm["reason"].(string)
-		}
-	}
-	return d
-}
-
-func mustFloat(v any) float64 {
-	f, _ := number(v)
-	return f
 }

@@ -168,17 +168,21 @@ func TestEvalTimeout(t *testing.T) {
 	n > input.process.pid
 }
 `
-	p, err := Load(context.Background(), writeDir(t, map[string]string{"p.rego": slow}), &Options{EvalTimeout: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	d, err := p.Classify(context.Background(), testInput(1, "x"))
-	if el := time.Since(start); el > 2*time.Second {
-		t.Fatalf("evaluation took %v despite a 20ms deadline", el)
-	}
-	if d.Class != "best-effort" || err == nil || !strings.Contains(err.Error(), "evaluation stopped after 20ms") {
-		t.Fatalf("got %+v, %v", d, err)
+	for _, ev := range []Evaluator{EvaluatorPlan, EvaluatorTopdown} {
+		t.Run(string(ev), func(t *testing.T) {
+			p, err := Load(context.Background(), writeDir(t, map[string]string{"p.rego": slow}), &Options{EvalTimeout: 20 * time.Millisecond, Evaluator: ev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			d, err := p.Classify(context.Background(), testInput(1, "x"))
+			if el := time.Since(start); el > 2*time.Second {
+				t.Fatalf("evaluation took %v despite a 20ms deadline", el)
+			}
+			if d.Class != "best-effort" || err == nil || !strings.Contains(err.Error(), "evaluation stopped after 20ms") {
+				t.Fatalf("got %+v, %v", d, err)
+			}
+		})
 	}
 }
 

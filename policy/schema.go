@@ -10,6 +10,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // APIVersion is the version of the input and decision schemas. It is
@@ -39,6 +42,9 @@ func SchemaJSON(name string) ([]byte, error) {
 // schemas holds the compiled published schemas; built once per Policy.
 type schemas struct {
 	input, decision, victims *schemaNode
+	// ast reads decisions in OPA's AST, with every property name of the
+	// schemas ready as a term.
+	ast astDoc
 }
 
 func loadSchemas() (*schemas, error) {
@@ -56,6 +62,10 @@ func loadSchemas() (*schemas, error) {
 			return nil, fmt.Errorf("schema %s: %w", x.name, err)
 		}
 		*x.dst = n
+	}
+	s.ast = astDoc{names: map[string]*ast.Term{}}
+	for _, n := range []*schemaNode{s.input, s.decision, s.victims} {
+		n.propertyTerms(s.ast.names)
 	}
 	return &s, nil
 }
@@ -219,6 +229,26 @@ func compileNode(m map[string]any, root *schemaNode, at string) (*schemaNode, er
 	return n, nil
 }
 
+// propertyTerms adds every property name under n to terms.
+func (n *schemaNode) propertyTerms(terms map[string]*ast.Term) {
+	if n == nil {
+		return
+	}
+	for name, p := range n.properties {
+		if terms[name] == nil {
+			terms[name] = ast.StringTerm(name)
+		}
+		p.propertyTerms(terms)
+	}
+	for _, d := range n.defs {
+		if d != n {
+			d.propertyTerms(terms)
+		}
+	}
+	n.items.propertyTerms(terms)
+	n.additional.propertyTerms(terms)
+}
+
 // unknownValue stands for a part of a decision that is not known before
 // evaluation (a variable in a rule's literal head); it matches any schema.
 type unknownValue struct{}
@@ -240,9 +270,16 @@ func (e FieldError) Error() string {
 // from OPA's ast.JSON) against n and returns the first violation in a
 // deterministic order.
 func (n *schemaNode) validate(v any) *FieldError {
-	return n.check(v, "")
+	return check(n, jsonDoc{}, v)
 }
 
+// validateAST is validate for a value in OPA's AST, read as ast.JSON
+// would convert it.
+func (n *schemaNode) validateAST(d astDoc, v ast.Value) *FieldError {
+	return check(n, d, v)
+}
+
+// join spells a dotted field path.
 func join(path, key string) string {
 	if path == "" {
 		return key
@@ -250,102 +287,124 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-func (n *schemaNode) check(v any, path string) *FieldError {
-	if n.ref != "" {
-		d, ok := n.root.defs[n.ref]
-		if !ok {
-			return &FieldError{path, "schema refers to unknown definition " + n.ref}
-		}
-		return d.check(v, path)
-	}
-	if _, ok := v.(unknownValue); ok {
+// within puts a violation found in a field or item under its name: the
+// path is spelled out only on failure, so a valid document costs no
+// allocation.
+func within(fe *FieldError, key string, index int) *FieldError {
+	if fe == nil {
 		return nil
 	}
-	if len(n.types) > 0 && !slices.ContainsFunc(n.types, func(t string) bool { return hasType(v, t) }) {
-		return &FieldError{path, fmt.Sprintf("want %s, got %s", strings.Join(n.types, " or "), typeName(v))}
+	prefix := key
+	if index >= 0 {
+		prefix = fmt.Sprintf("[%d]", index)
 	}
-	switch x := v.(type) {
-	case map[string]any:
+	switch {
+	case fe.Field == "":
+		fe.Field = prefix
+	case strings.HasPrefix(fe.Field, "["):
+		fe.Field = prefix + fe.Field
+	default:
+		fe.Field = prefix + "." + fe.Field
+	}
+	return fe
+}
+
+// check validates v against n; the violation's Field is relative to v.
+func check[V any, D document[V]](n *schemaNode, d D, v V) *FieldError {
+	if n.ref != "" {
+		def, ok := n.root.defs[n.ref]
+		if !ok {
+			return &FieldError{"", "schema refers to unknown definition " + n.ref}
+		}
+		return check(def, d, v)
+	}
+	k := d.kind(v)
+	if k == kindUnknown {
+		return nil
+	}
+	if len(n.types) > 0 && !hasType(n, d, v, k) {
+		return &FieldError{"", fmt.Sprintf("want %s, got %s", strings.Join(n.types, " or "), typeName(d, v, k))}
+	}
+	switch k {
+	case kindObject:
 		for _, r := range n.required {
-			if _, ok := x[r]; !ok {
-				return &FieldError{join(path, r), "required field missing"}
+			if _, ok := d.field(v, r); !ok {
+				return &FieldError{r, "required field missing"}
 			}
 		}
 		// Known properties first, in a fixed order and without sorting the
 		// document's keys: this runs on every decision.
 		known := 0
-		for _, k := range n.propOrder {
-			v, ok := x[k]
+		for _, key := range n.propOrder {
+			fv, ok := d.field(v, key)
 			if !ok {
 				continue
 			}
 			known++
-			if e := n.properties[k].check(v, join(path, k)); e != nil {
-				return e
+			if e := check(n.properties[key], d, fv); e != nil {
+				return within(e, key, -1)
 			}
 		}
-		if known == len(x) {
+		if known == d.size(v) {
 			break
 		}
-		keys := make([]string, 0, len(x)-known)
-		for k := range x {
-			if _, ok := n.properties[k]; !ok {
-				keys = append(keys, k)
+		for _, key := range d.keys(v) {
+			if _, ok := n.properties[key]; ok {
+				continue
 			}
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
 			switch {
 			case n.additional != nil:
-				if e := n.additional.check(x[k], join(path, k)); e != nil {
-					return e
+				fv, _ := d.field(v, key)
+				if e := check(n.additional, d, fv); e != nil {
+					return within(e, key, -1)
 				}
 			case n.noAdditional:
-				return &FieldError{join(path, k), "unknown field" + n.suggest(k)}
+				return &FieldError{key, "unknown field" + n.suggest(key)}
 			}
 		}
-	case []any:
-		if n.maxItems >= 0 && len(x) > n.maxItems {
-			return &FieldError{path, fmt.Sprintf("%d items, at most %d allowed", len(x), n.maxItems)}
+	case kindArray:
+		size := d.size(v)
+		if n.maxItems >= 0 && size > n.maxItems {
+			return &FieldError{"", fmt.Sprintf("%d items, at most %d allowed", size, n.maxItems)}
 		}
 		if n.uniqueItems {
 			seen := map[string]bool{}
-			for i, e := range x {
-				k := fmt.Sprint(e)
-				if seen[k] {
-					return &FieldError{fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("duplicate item %v", e)}
+			for i := range size {
+				t := d.text(d.item(v, i))
+				if seen[t] {
+					return within(&FieldError{"", "duplicate item " + t}, "", i)
 				}
-				seen[k] = true
+				seen[t] = true
 			}
 		}
 		if n.items != nil {
-			for i, e := range x {
-				if fe := n.items.check(e, fmt.Sprintf("%s[%d]", path, i)); fe != nil {
-					return fe
+			for i := range size {
+				if fe := check(n.items, d, d.item(v, i)); fe != nil {
+					return within(fe, "", i)
 				}
 			}
 		}
-	case string:
+	case kindString:
+		x := d.str(v)
 		if n.enum != nil && !slices.Contains(n.enum, x) {
-			return &FieldError{path, fmt.Sprintf("%q is not one of %s", x, strings.Join(n.enum, "|"))}
+			return &FieldError{"", fmt.Sprintf("%q is not one of %s", x, strings.Join(n.enum, "|"))}
 		}
-		if n.maxLength >= 0 && len([]rune(x)) > n.maxLength {
-			return &FieldError{path, fmt.Sprintf("%d characters, at most %d allowed", len([]rune(x)), n.maxLength)}
+		if n.maxLength >= 0 && utf8.RuneCountInString(x) > n.maxLength {
+			return &FieldError{"", fmt.Sprintf("%d characters, at most %d allowed", utf8.RuneCountInString(x), n.maxLength)}
 		}
 		if n.pattern != nil && !n.pattern.MatchString(x) {
-			return &FieldError{path, fmt.Sprintf("%q does not match %s", x, n.pattern)}
+			return &FieldError{"", fmt.Sprintf("%q does not match %s", x, n.pattern)}
 		}
-	default:
-		if f, ok := number(v); ok {
-			if n.min != nil && f < *n.min {
-				return &FieldError{path, fmt.Sprintf("%v is below the minimum %v", f, *n.min)}
-			}
-			if n.exclusiveMin != nil && f <= *n.exclusiveMin {
-				return &FieldError{path, fmt.Sprintf("%v must be greater than %v", f, *n.exclusiveMin)}
-			}
-			if n.max != nil && f > *n.max {
-				return &FieldError{path, fmt.Sprintf("%v is above the maximum %v", f, *n.max)}
-			}
+	case kindNumber:
+		f, _ := d.num(v)
+		if n.min != nil && f < *n.min {
+			return &FieldError{"", fmt.Sprintf("%v is below the minimum %v", f, *n.min)}
+		}
+		if n.exclusiveMin != nil && f <= *n.exclusiveMin {
+			return &FieldError{"", fmt.Sprintf("%v must be greater than %v", f, *n.exclusiveMin)}
+		}
+		if n.max != nil && f > *n.max {
+			return &FieldError{"", fmt.Sprintf("%v is above the maximum %v", f, *n.max)}
 		}
 	}
 	return nil
@@ -394,46 +453,53 @@ func number(v any) (float64, bool) {
 	return 0, false
 }
 
-func hasType(v any, t string) bool {
-	switch t {
-	case "object":
-		_, ok := v.(map[string]any)
-		return ok
-	case "array":
-		_, ok := v.([]any)
-		return ok
-	case "string":
-		_, ok := v.(string)
-		return ok
-	case "boolean":
-		_, ok := v.(bool)
-		return ok
-	case "null":
-		return v == nil
-	case "number":
-		_, ok := number(v)
-		return ok
-	case "integer":
-		f, ok := number(v)
-		return ok && f == math.Trunc(f) && !math.IsInf(f, 0)
+// hasType says whether v, of kind k, has one of n's types.
+func hasType[V any, D document[V]](n *schemaNode, d D, v V, k kind) bool {
+	for _, t := range n.types {
+		if kindIs(k, t) {
+			return true
+		}
+		if t == "integer" && k == kindNumber {
+			if f, ok := d.num(v); ok && f == math.Trunc(f) && !math.IsInf(f, 0) {
+				return true
+			}
+		}
 	}
 	return false
 }
 
-func typeName(v any) string {
-	switch x := v.(type) {
-	case map[string]any:
-		return "object"
-	case []any:
-		return "array"
-	case string:
-		return fmt.Sprintf("string %q", x)
-	case bool:
-		return fmt.Sprintf("boolean %v", x)
-	case nil:
-		return "null"
+func kindIs(k kind, t string) bool {
+	switch t {
+	case "object":
+		return k == kindObject
+	case "array":
+		return k == kindArray
+	case "string":
+		return k == kindString
+	case "boolean":
+		return k == kindBool
+	case "null":
+		return k == kindNull
+	case "number":
+		return k == kindNumber
 	}
-	if f, ok := number(v); ok {
+	return false
+}
+
+func typeName[V any, D document[V]](d D, v V, k kind) string {
+	switch k {
+	case kindObject:
+		return "object"
+	case kindArray:
+		return "array"
+	case kindString:
+		return fmt.Sprintf("string %q", d.str(v))
+	case kindBool:
+		return fmt.Sprintf("boolean %v", d.boolean(v))
+	case kindNull:
+		return "null"
+	case kindNumber:
+		f, _ := d.num(v)
 		return fmt.Sprintf("number %v", f)
 	}
 	return fmt.Sprintf("%T", v)

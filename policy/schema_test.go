@@ -152,7 +152,7 @@ func FuzzDecisionValidate(f *testing.F) {
 			return
 		}
 		if sch.decision.validate(v) == nil {
-			d := decodeDecision(v.(map[string]any)) // must not panic on anything accepted
+			d := decodeDecision(jsonDoc{}, v) // must not panic on anything accepted
 			if d.Class == "" {
 				t.Fatalf("accepted %s with no class", b)
 			}

@@ -126,6 +126,9 @@ const (
 )
 
 // Decision is a validated classification decision (schema/decision.json).
+//
+// Decisions of one policy share what they point to (SLO, Quota, Observe)
+// when their values are equal: treat a Decision as read-only.
 type Decision struct {
 	Class      string     `json:"class"`
 	Priority   int        `json:"priority,omitempty"`
@@ -262,14 +265,19 @@ func gpusValue(gpus []GPU) ast.Value {
 }
 
 func (n Node) value(gpus ast.Value) ast.Value {
+	if gpus == nil {
+		gpus = gpusValue(n.GPUs)
+	}
+	return ast.NewObject(str("hostname", n.Hostname), item("time", n.timeTerm()), val("gpus", gpus))
+}
+
+// timeTerm is the node's time as input.node.time carries it.
+func (n Node) timeTerm() *ast.Term {
 	t := n.Time
 	if t.IsZero() {
 		t = time.Unix(0, 0).UTC()
 	}
-	if gpus == nil {
-		gpus = gpusValue(n.GPUs)
-	}
-	return ast.NewObject(str("hostname", n.Hostname), str("time", t.Format(time.RFC3339Nano)), val("gpus", gpus))
+	return ast.StringTerm(t.Format(time.RFC3339Nano))
 }
 
 func (c Cgroup) value() ast.Value {
@@ -278,17 +286,22 @@ func (c Cgroup) value() ast.Value {
 }
 
 func (p Process) value() ast.Value {
-	items := make([][2]*ast.Term, 0, 12)
+	items := make([][2]*ast.Term, 0, 11)
 	items = append(items, num("pid", p.PID), num("ppid", p.PPID), str("comm", p.Comm), str("exe", p.Exe),
 		val("cmdline", strs(p.Cmdline)), num("uid", p.UID), str("user", p.User),
 		val("cgroup", p.Cgroup.value()), val("env", strMap(p.Env)), val("gpus", ints(p.GPUs)))
 	if p.Pod != nil {
-		items = append(items, val("pod", ast.NewObject(str("uid", p.Pod.UID), str("namespace", p.Pod.Namespace),
-			str("name", p.Pod.Name), val("labels", strMap(p.Pod.Labels)))))
+		items = append(items, val("pod", p.Pod.value()))
 	}
 	return ast.NewObject(items...)
 }
 
+func (pod Pod) value() ast.Value {
+	return ast.NewObject(str("uid", pod.UID), str("namespace", pod.Namespace), str("name", pod.Name), val("labels", strMap(pod.Labels)))
+}
+
+// value builds the whole classification input. A compiled plan reads it
+// through inputSource instead, path by path.
 func (in Input) value(gpus ast.Value) ast.Value {
 	return ast.NewObject(item("apiVersion", apiVersionTerm), val("node", in.Node.value(gpus)), val("process", in.Process.value()))
 }

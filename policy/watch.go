@@ -40,6 +40,20 @@ type Status struct {
 	LastErrorRevision string    `json:"last_error_revision,omitempty"`
 	Reloads           int       `json:"reloads"`
 	Rejected          int       `json:"rejected"`
+	// Evaluator is how the policy in force is evaluated (plan or topdown);
+	// EvaluatorNote says why not by its compiled plan.
+	Evaluator     Evaluator `json:"evaluator"`
+	EvaluatorNote string    `json:"evaluator_note,omitempty"`
+}
+
+// statusOf is the status of a freshly applied policy.
+func statusOf(p *Policy, reloads, rejected int) *Status {
+	st := &Status{Revision: p.Revision(), LoadedAt: time.Now(), Reloads: reloads, Rejected: rejected}
+	var why error
+	if st.Evaluator, why = p.Evaluator(); why != nil {
+		st.EvaluatorNote = why.Error()
+	}
+	return st
 }
 
 // Watcher keeps the policy of a directory loaded: it watches the directory
@@ -74,7 +88,7 @@ func Watch(ctx context.Context, dir string, opts *WatchOptions) (*Watcher, error
 		return nil, err
 	}
 	w.cur.Store(p)
-	w.status.Store(&Status{Revision: p.Revision(), LoadedAt: time.Now()})
+	w.status.Store(statusOf(p, 0, 0))
 	if w.fsw, err = fsnotify.NewWatcher(); err != nil {
 		return nil, fmt.Errorf("watch policy %s: %w", dir, err)
 	}
@@ -193,7 +207,7 @@ func (w *Watcher) Reload(ctx context.Context) error {
 	}
 	w.cur.Store(p)
 	old := w.status.Load()
-	w.status.Store(&Status{Revision: p.Revision(), LoadedAt: time.Now(), Reloads: old.Reloads + 1, Rejected: old.Rejected})
+	w.status.Store(statusOf(p, old.Reloads+1, old.Rejected))
 	w.notify(p, nil)
 	return nil
 }

@@ -60,7 +60,7 @@ func TestWatcherReload(t *testing.T) {
 	}
 	defer w.Close()
 	first := w.Status()
-	if first.Revision == "" || first.LastError != "" || w.Policy().Revision() != first.Revision {
+	if first.Revision == "" || first.LastError != "" || w.Policy().Revision() != first.Revision || first.Evaluator != EvaluatorPlan || first.EvaluatorNote != "" {
 		t.Fatalf("initial status %+v", first)
 	}
 	classOf := func(comm string) string {

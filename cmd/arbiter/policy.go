@@ -43,6 +43,32 @@ func policyFormatFlag(cmd *cobra.Command, format *string) {
 	cmd.Flags().StringVar(format, "format", "human", "output format: human or json")
 }
 
+func policyEvaluatorFlag(cmd *cobra.Command, ev *string) {
+	cmd.Flags().StringVar(ev, "evaluator", "auto", "how to evaluate: auto (the compiled plan when the policy can be planned), plan or topdown")
+}
+
+// policyOptions are the load options the evaluator flag asks for.
+func policyOptions(ev string, o *policy.Options) (*policy.Options, error) {
+	e, err := policy.ParseEvaluator(ev)
+	if err != nil {
+		return nil, &policyExit{2, fmt.Errorf("--evaluator: %w", err)}
+	}
+	if o == nil {
+		o = &policy.Options{}
+	}
+	o.Evaluator = e
+	return o, nil
+}
+
+// policyEvaluator describes how a loaded policy is evaluated.
+func policyEvaluator(p *policy.Policy) (name, note string) {
+	e, why := p.Evaluator()
+	if why != nil {
+		note = why.Error()
+	}
+	return string(e), note
+}
+
 func policyCheckFormat(format string) error {
 	if format != "human" && format != "json" {
 		return &policyExit{2, fmt.Errorf("--format %q: want human or json", format)}
@@ -59,7 +85,7 @@ func policyWriteJSON(w io.Writer, v any) error {
 // newPolicyCheckCmd is `arbiter policy check`, like `opa check --strict`
 // plus Arbiter's entry-point and schema checks.
 func newPolicyCheckCmd() *cobra.Command {
-	var format string
+	var format, evaluator string
 	cmd := &cobra.Command{
 		Use:   "check DIR|BUNDLE",
 		Short: "Load and check a policy: syntax, strict compile, input schema, decisions",
@@ -68,19 +94,26 @@ func newPolicyCheckCmd() *cobra.Command {
 			if err := policyCheckFormat(format); err != nil {
 				return err
 			}
-			p, err := policy.Load(cmd.Context(), args[0], nil)
+			opts, err := policyOptions(evaluator, nil)
+			if err != nil {
+				return err
+			}
+			p, err := policy.Load(cmd.Context(), args[0], opts)
 			out := cmd.OutOrStdout()
 			if format == "json" {
 				res := struct {
-					OK       bool                `json:"ok"`
-					Revision string              `json:"revision,omitempty"`
-					Modules  int                 `json:"modules,omitempty"`
-					Default  *policy.Decision    `json:"default_decision,omitempty"`
-					Errors   []policy.Diagnostic `json:"errors,omitempty"`
+					OK            bool                `json:"ok"`
+					Revision      string              `json:"revision,omitempty"`
+					Modules       int                 `json:"modules,omitempty"`
+					Default       *policy.Decision    `json:"default_decision,omitempty"`
+					Evaluator     string              `json:"evaluator,omitempty"`
+					EvaluatorNote string              `json:"evaluator_note,omitempty"`
+					Errors        []policy.Diagnostic `json:"errors,omitempty"`
 				}{OK: err == nil, Errors: policy.Diagnostics(err)}
 				if p != nil {
 					d := p.Default()
 					res.Revision, res.Modules, res.Default = p.Revision(), len(p.Source().Modules), &d
+					res.Evaluator, res.EvaluatorNote = policyEvaluator(p)
 				}
 				if werr := policyWriteJSON(out, res); werr != nil {
 					return werr
@@ -100,11 +133,17 @@ func newPolicyCheckCmd() *cobra.Command {
 			if p.HasVictims() {
 				victims = "victims rule"
 			}
-			_, err = fmt.Fprintf(out, "ok: %s revision %s, %d modules, default class %q, %s\n", args[0], p.Revision(), len(p.Source().Modules), p.Default().Class, victims)
+			ev, note := policyEvaluator(p)
+			evaluated := "evaluated by its compiled plan"
+			if ev != string(policy.EvaluatorPlan) {
+				evaluated = "evaluated by topdown: " + note
+			}
+			_, err = fmt.Fprintf(out, "ok: %s revision %s, %d modules, default class %q, %s, %s\n", args[0], p.Revision(), len(p.Source().Modules), p.Default().Class, victims, evaluated)
 			return err
 		},
 	}
 	policyFormatFlag(cmd, &format)
+	policyEvaluatorFlag(cmd, &evaluator)
 	return cmd
 }
 
@@ -213,8 +252,8 @@ func policyPrintTests(out io.Writer, rep *policy.TestReport, verbose bool) {
 // newPolicyEvalCmd is `arbiter policy eval`.
 func newPolicyEvalCmd() *cobra.Command {
 	var (
-		input   string
-		explain bool
+		input, evaluator string
+		explain          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "eval DIR|BUNDLE --input FILE",
@@ -222,8 +261,9 @@ func newPolicyEvalCmd() *cobra.Command {
 		Long: `Evaluate classify (input with "process") or victims (input with "state")
 on an input document (JSON, "-" for stdin; see arbiter policy schema input)
 and print, as JSON, the value the policy returned and the decision the engine
-would apply, with the reason when the policy's value was not usable. With
---explain, print the evaluation trace with file and row first.`,
+would apply, with the reason when the policy's value was not usable, and
+which evaluator ran. With --explain, print the evaluation trace with file and
+row first (a trace needs topdown, so --explain always evaluates with it).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if input == "" {
@@ -239,9 +279,13 @@ would apply, with the reason when the policy's value was not usable. With
 				return &policyExit{2, fmt.Errorf("%s: %w", input, err)}
 			}
 			out := cmd.OutOrStdout()
-			p, err := policy.Load(cmd.Context(), args[0], &policy.Options{Print: func(pr policy.Print) {
+			opts, err := policyOptions(evaluator, &policy.Options{Print: func(pr policy.Print) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "%s:%d: %s\n", pr.File, pr.Row, pr.Message)
 			}})
+			if err != nil {
+				return err
+			}
+			p, err := policy.Load(cmd.Context(), args[0], opts)
 			if err != nil {
 				for _, d := range policy.Diagnostics(err) {
 					fmt.Fprintln(out, d)
@@ -267,6 +311,7 @@ would apply, with the reason when the policy's value was not usable. With
 	}
 	cmd.Flags().StringVarP(&input, "input", "i", "", "input document (JSON), - for stdin")
 	cmd.Flags().BoolVar(&explain, "explain", false, "print the evaluation trace")
+	policyEvaluatorFlag(cmd, &evaluator)
 	return cmd
 }
 

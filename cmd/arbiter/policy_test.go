@@ -103,8 +103,22 @@ func TestPolicyTestFailures(t *testing.T) {
 
 func TestPolicyCheck(t *testing.T) {
 	out, code := runPolicy(t, "", "check", "../../rego/default")
-	if code != 0 || !strings.HasPrefix(out, "ok: ../../rego/default revision ") || !strings.Contains(out, `default class "best-effort", victims rule`) {
+	if code != 0 || !strings.HasPrefix(out, "ok: ../../rego/default revision ") || !strings.Contains(out, `default class "best-effort", victims rule, evaluated by its compiled plan`) {
 		t.Fatalf("exit %d\n%s", code, out)
+	}
+	out, code = runPolicy(t, "", "check", "--evaluator", "topdown", "../../rego/default")
+	if code != 0 || !strings.Contains(out, "evaluated by topdown: topdown chosen in the options") {
+		t.Fatalf("--evaluator topdown: exit %d\n%s", code, out)
+	}
+	if out, code := runPolicy(t, "", "check", "--evaluator", "wasm", "../../rego/default"); code != 2 || !strings.Contains(out, "auto, plan or topdown") {
+		t.Fatalf("--evaluator wasm: exit %d\n%s", code, out)
+	}
+	walk := policyDir(t, map[string]string{"p.rego": policyHeader + "classify := default_decision if {\n\twalk(input.process, [_, v])\n\tv == \"x\"\n}\n"})
+	if out, code := runPolicy(t, "", "check", "--format", "json", walk); code != 0 || !strings.Contains(out, `"evaluator": "topdown"`) || !strings.Contains(out, "walk") {
+		t.Fatalf("unplannable, auto: exit %d\n%s", code, out)
+	}
+	if out, code := runPolicy(t, "", "check", "--evaluator", "plan", walk); code != 1 || !strings.Contains(out, "cannot be evaluated as a compiled plan") {
+		t.Fatalf("unplannable, plan: exit %d\n%s", code, out)
 	}
 	dir := policyDir(t, map[string]string{"p.rego": policyHeader + "classify := {\"class\": \"lc\", \"priority\": \"high\"}\nvictims := input.nope\n"})
 	out, code = runPolicy(t, "", "check", dir)
@@ -147,15 +161,20 @@ func TestPolicyEval(t *testing.T) {
 	out, code := runPolicy(t, "", "eval", "../../rego/default", "--input", in)
 	var res struct {
 		Entrypoint string
+		Evaluator  string
 		Defined    bool
 		Decision   struct{ Class, Reason string }
 		Error      string
 	}
-	if code != 0 || json.Unmarshal(jsonPart(out), &res) != nil || res.Entrypoint != "classify" || !res.Defined || res.Decision.Class != "latency-critical" || res.Decision.Reason != "env ARBITER_CLASS" {
+	if code != 0 || json.Unmarshal(jsonPart(out), &res) != nil || res.Entrypoint != "classify" || res.Evaluator != "plan" || !res.Defined || res.Decision.Class != "latency-critical" || res.Decision.Reason != "env ARBITER_CLASS" {
 		t.Fatalf("exit %d %+v\n%s", code, res, out)
 	}
+	out, code = runPolicy(t, "", "eval", "../../rego/default", "--input", in, "--evaluator", "topdown")
+	if code != 0 || !strings.Contains(out, `"evaluator": "topdown"`) || !strings.Contains(out, `"reason": "env ARBITER_CLASS"`) {
+		t.Fatalf("--evaluator topdown: exit %d\n%s", code, out)
+	}
 	out, code = runPolicy(t, evalInput, "eval", "../../rego/default", "--input", "-", "--explain")
-	if code != 0 || !strings.Contains(out, "policy.rego:") || !strings.Contains(out, "Enter data.arbiter.classify") {
+	if code != 0 || !strings.Contains(out, "policy.rego:") || !strings.Contains(out, "Enter data.arbiter.classify") || !strings.Contains(out, `"evaluator": "topdown"`) {
 		t.Fatalf("explain: exit %d\n%.2000s", code, out)
 	}
 	state := `{"apiVersion": "arbiter.io/v1", "node": {"hostname": "n", "time": "2026-01-10T12:00:00Z", "gpus": []}, "state": {
