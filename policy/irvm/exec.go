@@ -328,7 +328,7 @@ func (v *vm) exec(in *instr) int {
 	case opAssignVarOnce:
 		src := v.get(in.a)
 		if cur := v.local(in.target); cur != nil && !cur.Equal(src) {
-			v.fail(CodeConflict, "complete rules must not produce multiple outputs", in.loc)
+			v.fail(CodeConflict, in.fn.conflict(), in.loc)
 			return returned
 		}
 		v.set(in.target, src)
@@ -437,11 +437,7 @@ func (v *vm) exec(in *instr) int {
 		if !okA || !okB {
 			return 0
 		}
-		m, ok := a.Merge(b)
-		if !ok {
-			return 0
-		}
-		v.set(in.target, ast.NewTerm(m))
+		v.set(in.target, ast.NewTerm(mergeBase(a, b)))
 	case opSetAdd:
 		set, ok := value[ast.Set](v.local(in.target))
 		val := v.get(in.a)
@@ -781,6 +777,21 @@ func (v *vm) failErr(err error, loc *ir.Location) {
 		return
 	}
 	v.fail(CodeBuiltin, err.Error(), loc)
+}
+
+// mergeBase merges a virtual document b into the base document a at the
+// same path, as OPA's Wasm runtime does: objects under one key merge,
+// otherwise the base document's value stays.
+func mergeBase(a, b ast.Object) ast.Object {
+	out, _ := a.MergeWith(b, func(x, y *ast.Term) (*ast.Term, bool) {
+		xo, okX := x.Value.(ast.Object)
+		yo, okY := y.Value.(ast.Object)
+		if okX && okY {
+			return ast.NewTerm(mergeBase(xo, yo)), false
+		}
+		return x, false
+	})
+	return out
 }
 
 // equal is ast.Compare(a, b) == 0, with the common cases first: a string

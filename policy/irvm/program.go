@@ -20,7 +20,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -242,6 +244,19 @@ func (n *dynNode) insert(path []string, fn *function) {
 		n = c
 	}
 	n.fn = fn
+}
+
+// conflict is the error message of two values for one rule, or one
+// function call, as topdown words it.
+func (fn *function) conflict() string {
+	name := strings.TrimPrefix(fn.name, "g0.")
+	switch {
+	case fn.index < 0:
+		return "complete rules must not produce multiple outputs"
+	case len(fn.params) > 2:
+		return "function " + name + " produced conflicting values for the same inputs"
+	}
+	return "rule " + name + " produced conflicting values"
 }
 
 // markConstants finds the functions whose value depends on data alone.
@@ -584,6 +599,7 @@ func (c *compiler) stmt(s ir.Stmt) (instr, error) {
 	case *ir.AssignVarOnceStmt:
 		in, err = one(opAssignVarOnce, s.Source)
 		in.target = c.target(s.Target)
+		in.fn = c.fn // names the rule in a conflict
 	case *ir.ResetLocalStmt:
 		in = instr{op: opResetLocal, target: c.target(s.Target)}
 	case *ir.IsDefinedStmt:
@@ -643,7 +659,7 @@ func (c *compiler) stmt(s ir.Stmt) (instr, error) {
 			return in, fmt.Errorf("number string index %d out of range", s.Index)
 		}
 		lit := string(c.strings[s.Index].Value.(ast.String))
-		if !json.Valid([]byte(lit)) {
+		if _, ok := new(big.Float).SetString(lit); !ok {
 			return in, fmt.Errorf("number constant %q is not a number", lit)
 		}
 		in = constant(c.target(s.Target), ast.NumberTerm(json.Number(lit)))
