@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -391,5 +392,36 @@ func TestPlanReadsOnlyWhatThePolicyUses(t *testing.T) {
 	want := []string{"process.comm", "process.exe", "process.pod.labels.team", "process.pod.namespace"}
 	if !slices.Equal(src.asked, want) {
 		t.Fatalf("asked for %v, want %v", src.asked, want)
+	}
+}
+
+// TestConcurrentClassify classifies from many goroutines at once on one
+// policy (shared plan, evaluation pool, decision cache): every decision
+// must be the one a lone call gives.
+func TestConcurrentClassify(t *testing.T) {
+	p, err := LoadFS(context.Background(), rego.Default(), ".", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins := corpus(200)
+	want := classifyAll(t, p, ins)
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range ins {
+				k := (i + 25*g) % len(ins)
+				d, err := p.Classify(context.Background(), ins[k])
+				if !reflect.DeepEqual(d, want[k].d) || (err != nil) != want[k].failed {
+					errs <- fmt.Sprintf("goroutine %d, input %d: %+v, %v; alone: %+v", g, k, d, err, want[k])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
 	}
 }
