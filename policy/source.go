@@ -110,26 +110,12 @@ func (c Cgroup) at(path []string, build bool) *ast.Term {
 	if len(path) == 0 {
 		return built(build, c.value)
 	}
-	var s string
-	switch path[0] {
-	case "path":
-		s = c.Path
-	case "slice":
-		s = c.Slice
-	case "unit":
-		s = c.Unit
-	case "container_id":
-		s = c.ContainerID
-	case "runtime":
-		s = c.Runtime
-	case "pod_uid":
-		s = c.PodUID
-	case "qos":
-		s = c.QoS
-	default:
-		return nil
+	for _, f := range cgroupFields {
+		if f.key == path[0] {
+			return leaf(path, strTerm(f.get(&c)))
+		}
 	}
-	return leaf(path, strTerm(s))
+	return nil
 }
 
 func (pod Pod) at(path []string, build bool) *ast.Term {

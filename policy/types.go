@@ -280,9 +280,26 @@ func (n Node) timeTerm() *ast.Term {
 	return ast.StringTerm(t.Format(time.RFC3339Nano))
 }
 
+// cgroupFields are input.process.cgroup's fields, in the input's words.
+var cgroupFields = []struct {
+	key string
+	get func(*Cgroup) string
+}{
+	{"path", func(c *Cgroup) string { return c.Path }},
+	{"slice", func(c *Cgroup) string { return c.Slice }},
+	{"unit", func(c *Cgroup) string { return c.Unit }},
+	{"container_id", func(c *Cgroup) string { return c.ContainerID }},
+	{"runtime", func(c *Cgroup) string { return c.Runtime }},
+	{"pod_uid", func(c *Cgroup) string { return c.PodUID }},
+	{"qos", func(c *Cgroup) string { return c.QoS }},
+}
+
 func (c Cgroup) value() ast.Value {
-	return ast.NewObject(str("path", c.Path), str("slice", c.Slice), str("unit", c.Unit),
-		str("container_id", c.ContainerID), str("runtime", c.Runtime), str("pod_uid", c.PodUID), str("qos", c.QoS))
+	items := make([][2]*ast.Term, len(cgroupFields))
+	for i, f := range cgroupFields {
+		items[i] = str(f.key, f.get(&c))
+	}
+	return ast.NewObject(items...)
 }
 
 func (p Process) value() ast.Value {

@@ -305,17 +305,13 @@ func (v *vm) exec(in *instr) int {
 			return 0
 		}
 		v.set(in.target, t)
-	case opCall:
-		t := v.call(in)
-		if v.err != nil {
-			return returned
+	case opCall, opBuiltin:
+		var t *ast.Term
+		if in.op == opCall {
+			t = v.call(in)
+		} else {
+			t = v.builtin(in)
 		}
-		if t == nil {
-			return 0
-		}
-		v.set(in.target, t)
-	case opBuiltin:
-		t := v.builtin(in)
 		if v.err != nil {
 			return returned
 		}
