@@ -90,6 +90,26 @@ func BenchmarkClassifyDefault(b *testing.B) {
 	})
 }
 
+// BenchmarkClassifyDefaultMixed classifies a stream of different
+// processes (the 400 inputs of the equivalence test: pods or not, labels,
+// env, cgroups, users, non-UTF-8 names) rather than one process again and
+// again, so what is remembered across evaluations (class templates,
+// decision values, object.union results) is measured at a realistic
+// hit rate.
+func BenchmarkClassifyDefaultMixed(b *testing.B) {
+	ins := corpus(400)
+	ctx := context.Background()
+	evaluators(b, func(o *Options) (*Policy, error) { return LoadFS(ctx, defaultPolicyFS(), "default", o) }, func(b *testing.B, p *Policy) {
+		i := 0
+		reportLatency(b, func() {
+			if _, err := p.Classify(ctx, ins[i%len(ins)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		})
+	})
+}
+
 // rules200 generates a policy of 200 classification rules over comm, exe,
 // user, pod labels and namespaces, resolved by priority: the size of a
 // large fleet's hand-written policy.

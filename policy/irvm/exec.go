@@ -720,6 +720,12 @@ func (v *vm) builtin(in *instr) *ast.Term {
 			return t
 		}
 	}
+	if in.bi.memo != nil {
+		if t := in.bi.memo.get(args); t != nil {
+			clear(args)
+			return t
+		}
+	}
 	if v.bctx.Context == nil {
 		// The context built-ins see, made once per evaluation on its
 		// first call.
@@ -745,6 +751,9 @@ func (v *vm) builtin(in *instr) *ast.Term {
 	err := in.bi.f(v.bctx, args, v.onOut)
 	out := v.out
 	v.out = nil
+	if err == nil && out != nil && in.bi.memo != nil {
+		in.bi.memo.put(args, out)
+	}
 	clear(args)
 	if err != nil {
 		var h topdown.Halt

@@ -1,7 +1,9 @@
 package irvm
 
 import (
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -28,4 +30,61 @@ func stringTest(test func(a, b string) bool) func([]*ast.Term) (*ast.Term, bool)
 		}
 		return ast.InternedTerm(test(string(a), string(b))), true
 	}
+}
+
+// memoized are built-ins worth remembering across evaluations: pure,
+// costly, and called with few distinct arguments (object.union builds
+// every decision of the shipped policies from a class template and a few
+// fields). A call site keeps up to memoSize argument lists and results.
+var memoized = map[string]bool{"object.union": true}
+
+const memoSize = 32
+
+// memo is one call site's remembered calls; entries are immutable and
+// replaced whole, so lookups take no lock.
+type memo struct {
+	entries atomic.Pointer[[]memoEntry]
+}
+
+type memoEntry struct {
+	args []*ast.Term
+	out  *ast.Term
+}
+
+func (m *memo) get(args []*ast.Term) *ast.Term {
+	es := m.entries.Load()
+	if es == nil {
+		return nil
+	}
+	for _, e := range *es {
+		if sameArgs(e.args, args) {
+			return e.out
+		}
+	}
+	return nil
+}
+
+func (m *memo) put(args []*ast.Term, out *ast.Term) {
+	old := m.entries.Load()
+	var es []memoEntry
+	if old != nil {
+		if len(*old) >= memoSize {
+			return
+		}
+		es = append(make([]memoEntry, 0, len(*old)+1), *old...)
+	}
+	es = append(es, memoEntry{args: slices.Clone(args), out: out})
+	m.entries.CompareAndSwap(old, &es)
+}
+
+func sameArgs(a, b []*ast.Term) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] && (a[i].Hash() != b[i].Hash() || ast.Compare(a[i].Value, b[i].Value) != 0) {
+			return false
+		}
+	}
+	return true
 }

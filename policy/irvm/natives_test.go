@@ -58,3 +58,28 @@ func TestNativesMatchOPA(t *testing.T) {
 		t.Logf("%s: %d of 3000 answered natively", name, answered)
 	}
 }
+
+// TestMemoKeepsResults checks that a remembered call gives the result of
+// the first call for equal arguments, and nothing for other arguments.
+func TestMemoKeepsResults(t *testing.T) {
+	m := &memo{}
+	a := []*ast.Term{ast.MustParseTerm(`{"a": 1, "b": {"c": 2}}`), ast.MustParseTerm(`{"b": {"d": 3}}`)}
+	out := ast.MustParseTerm(`{"a": 1, "b": {"c": 2, "d": 3}}`)
+	m.put(a, out)
+	equalArgs := []*ast.Term{ast.MustParseTerm(`{"b": {"c": 2}, "a": 1}`), ast.MustParseTerm(`{"b": {"d": 3}}`)}
+	if got := m.get(equalArgs); got != out {
+		t.Fatalf("equal arguments: %v", got)
+	}
+	if got := m.get([]*ast.Term{a[0], ast.MustParseTerm(`{"b": {"d": 4}}`)}); got != nil {
+		t.Fatalf("other arguments: %v", got)
+	}
+	for i := range memoSize + 5 {
+		m.put([]*ast.Term{ast.IntNumberTerm(i)}, ast.IntNumberTerm(i))
+	}
+	if n := len(*m.entries.Load()); n != memoSize {
+		t.Fatalf("%d entries kept, want at most %d", n, memoSize)
+	}
+	if got := m.get(equalArgs); got != out {
+		t.Fatal("an entry was lost when the memo filled")
+	}
+}

@@ -158,6 +158,8 @@ type builtin struct {
 	// native, for a few built-ins rules use on every evaluation, answers
 	// without OPA's calling convention; ok false: call f.
 	native func(args []*ast.Term) (result *ast.Term, ok bool)
+	// memo, for a memoized built-in, remembers this call site's calls.
+	memo *memo
 }
 
 // nativeOf returns the direct implementation of a built-in, if it has
@@ -757,6 +759,9 @@ func (c *compiler) call(s *ir.CallStmt) (instr, error) {
 	}
 	in.op, in.args = opBuiltin, ops
 	in.bi = &builtin{name: s.Func, f: f, hasResult: decl.Decl.Result() != nil, loc: loc, native: nativeOf(s.Func)}
+	if memoized[s.Func] {
+		in.bi.memo = &memo{}
+	}
 	return in, nil
 }
 
