@@ -1,6 +1,8 @@
 package irvm
 
 import (
+	"slices"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
 )
@@ -104,7 +106,7 @@ func (c *compiler) guards(fn *function, irblocks []*ir.Block) {
 		}
 		seen := false
 		for _, l := range writes {
-			if l == fn.ret || slicesContains(fn.params, l) {
+			if l == fn.ret || slices.Contains(fn.params, l) {
 				seen = true
 			}
 			for _, later := range live[i+1:] {
@@ -119,15 +121,6 @@ func (c *compiler) guards(fn *function, irblocks []*ir.Block) {
 		}
 	}
 	fn.indexGuards()
-}
-
-func slicesContains(xs []int, x int) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // liveIn returns the locals b may read before it has surely written them:
