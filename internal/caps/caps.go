@@ -1,6 +1,8 @@
-// Package caps reports which Linux capabilities the current process holds,
-// so commands can name exactly the privilege they miss instead of failing
-// later with a bare EPERM.
+// Package caps reports which Linux capabilities the current process holds
+// and which kernel features the running kernel has, so commands can name
+// exactly the privilege or feature they miss, and how to get it, instead of
+// failing with a bare EPERM or "not supported". Both kinds of error make a
+// command exit with status 77.
 package caps
 
 import (
