@@ -33,7 +33,8 @@ type CudaSyncEntry struct {
 	Handle uint64
 	Other  uint64
 	Func   uint8
-	_      [7]byte
+	Active uint8
+	_      [6]byte
 }
 
 // Names of all BPF objects in the ELF.
@@ -45,8 +46,8 @@ const (
 	CudaMapFilterCgroups        = "filter_cgroups"
 	CudaMapFilterTgids          = "filter_tgids"
 	CudaMapSyncEntries          = "sync_entries"
-	CudaProgTracepointExec      = "tracepoint_exec"
-	CudaProgTracepointExit      = "tracepoint_exit"
+	CudaProgSchedExec           = "sched_exec"
+	CudaProgSchedExit           = "sched_exit"
 	CudaProgUprobeArgs          = "uprobe_args"
 	CudaProgUprobeArgsMulti     = "uprobe_args_multi"
 	CudaProgUprobeLaunch        = "uprobe_launch"
@@ -108,8 +109,8 @@ type CudaSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CudaProgramSpecs struct {
-	TracepointExec      *ebpf.ProgramSpec `ebpf:"tracepoint_exec"`
-	TracepointExit      *ebpf.ProgramSpec `ebpf:"tracepoint_exit"`
+	SchedExec           *ebpf.ProgramSpec `ebpf:"sched_exec"`
+	SchedExit           *ebpf.ProgramSpec `ebpf:"sched_exit"`
 	UprobeArgs          *ebpf.ProgramSpec `ebpf:"uprobe_args"`
 	UprobeArgsMulti     *ebpf.ProgramSpec `ebpf:"uprobe_args_multi"`
 	UprobeLaunch        *ebpf.ProgramSpec `ebpf:"uprobe_launch"`
@@ -196,8 +197,8 @@ type CudaVariables struct {
 //
 // It can be passed to LoadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CudaPrograms struct {
-	TracepointExec      *ebpf.Program `ebpf:"tracepoint_exec"`
-	TracepointExit      *ebpf.Program `ebpf:"tracepoint_exit"`
+	SchedExec           *ebpf.Program `ebpf:"sched_exec"`
+	SchedExit           *ebpf.Program `ebpf:"sched_exit"`
 	UprobeArgs          *ebpf.Program `ebpf:"uprobe_args"`
 	UprobeArgsMulti     *ebpf.Program `ebpf:"uprobe_args_multi"`
 	UprobeLaunch        *ebpf.Program `ebpf:"uprobe_launch"`
@@ -216,8 +217,8 @@ type CudaPrograms struct {
 
 func (p *CudaPrograms) Close() error {
 	return _CudaClose(
-		p.TracepointExec,
-		p.TracepointExit,
+		p.SchedExec,
+		p.SchedExit,
 		p.UprobeArgs,
 		p.UprobeArgsMulti,
 		p.UprobeLaunch,

@@ -1,21 +1,36 @@
 //go:build ignore
 
-// NVIDIA Resource Manager handle discovery: the ioctl syscall tracepoints
-// record each RM allocation, free and channel-group control a process issues
-// on the driver's control device (/dev/nvidiactl, char 195:255), read back at
-// sys_exit once the driver has written its results. Process exits of traced
-// processes are reported too, so the registry can forget them.
+// NVIDIA Resource Manager handle discovery: every RM allocation, free and
+// channel-group control a process issues on the driver's control device
+// (/dev/nvidiactl, char 195:255) is recorded when the ioctl returns, once the
+// driver has written its results. Process exits of traced processes are
+// reported too, so the registry can forget them.
 //
-// Syscall tracepoints rather than kprobes: kprobes are not available on every
-// kernel Arbiter runs on (lockdown, distribution configs), the tracepoints
-// are. They fire for every ioctl of every process, so the filters come first
-// and are cheap: the ioctl type byte 'F', the RM escape number, then the
-// device number of the descriptor's file, read from the task's file table
-// with CO-RE reads. Checking the device here (rather than recording every
-// 'F' ioctl and filtering in Go through /proc/PID/fd) keeps other drivers
-// that share the 'F' magic out of the ring buffer, and is exact: the check
-// runs in the calling task at the moment of the call, so a descriptor closed
-// and reused before Go could look at it cannot fool it.
+// Where the programs attach, in the order the loader tries them:
+//  1. fentry/fexit on the ioctl system call itself (__x64_sys_ioctl,
+//     __arm64_sys_ioctl; BPF trampolines, x86-64 5.5+, arm64 6.0+): only
+//     ioctl(2) runs a program, and no other system call pays anything.
+//  2. the syscalls/sys_enter_ioctl and sys_exit_ioctl tracepoints: every
+//     system call takes the kernel's slower traced path while they are
+//     attached (~70 ns more per call on a paravirtualized guest), but only
+//     ioctl runs a program. Their ids come from tracefs; where it is not
+//     mounted, the loader mounts it in a private mount namespace of its own
+//     (CAP_SYS_ADMIN), so the host's mounts are never changed.
+//  3. the raw sys_enter/sys_exit tracepoints (4.17+): every system call of
+//     every process runs the program, which returns at once unless it is an
+//     ioctl (~140 ns more per unrelated call on the same guest). The last
+//     resort: no trampolines, no tracefs and no CAP_SYS_ADMIN.
+// None needs tracefs or debugfs mounted on the host, and none needs kprobes
+// (not available on every kernel: lockdown, distribution configs).
+//
+// The filters come first and are cheap: the ioctl type byte 'F', the RM
+// escape number, then the device number of the descriptor's file, read
+// from the task's file table with CO-RE reads. Checking the device here
+// (rather than recording every 'F' ioctl and filtering in Go through
+// /proc/PID/fd) keeps other drivers that share the 'F' magic out of the ring
+// buffer, and is exact: the check runs in the calling task at the moment of
+// the call, so a descriptor closed and reused before Go could look at it
+// cannot fool it.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -48,6 +63,38 @@ struct files_struct {
 struct task_struct {
 	struct files_struct *files;
 } __attribute__((preserve_access_index));
+
+// The registers a system call was entered with, and the system call number
+// of ioctl(2), per target architecture. The argument registers are the
+// user-visible pt_regs layout (stable ABI); the syscall number at sys_exit
+// is read with CO-RE.
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs {
+	long orig_ax;
+	unsigned long di;
+	unsigned long si;
+	unsigned long dx;
+} __attribute__((preserve_access_index));
+#define SYSCALL_ARG1(r) BPF_CORE_READ(r, di)
+#define SYSCALL_ARG2(r) BPF_CORE_READ(r, si)
+#define SYSCALL_ARG3(r) BPF_CORE_READ(r, dx)
+#define SYSCALL_NR(r) BPF_CORE_READ(r, orig_ax)
+#define NR_IOCTL 16
+#define SYS_IOCTL "__x64_sys_ioctl"
+#elif defined(__TARGET_ARCH_arm64)
+struct pt_regs {
+	__u64 regs[31];
+	int syscallno;
+} __attribute__((preserve_access_index));
+#define SYSCALL_ARG1(r) BPF_CORE_READ(r, regs[0])
+#define SYSCALL_ARG2(r) BPF_CORE_READ(r, regs[1])
+#define SYSCALL_ARG3(r) BPF_CORE_READ(r, regs[2])
+#define SYSCALL_NR(r) BPF_CORE_READ(r, syscallno)
+#define NR_IOCTL 29
+#define SYS_IOCTL "__arm64_sys_ioctl"
+#else
+#error "unsupported target architecture: build with bpf2go -target amd64,arm64"
+#endif
 
 // Record kinds (nvrm_record.kind).
 #define REC_ALLOC 1
@@ -145,24 +192,6 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } nvrm_drops SEC(".maps");
 
-// Field layout of the syscall tracepoints (format files under
-// /sys/kernel/tracing/events/syscalls/).
-struct enter_ctx {
-	__u64 common;
-	__s32 nr;
-	__u32 pad;
-	__u64 fd;
-	__u64 cmd;
-	__u64 arg;
-};
-
-struct exit_ctx {
-	__u64 common;
-	__s32 nr;
-	__u32 pad;
-	__s64 ret;
-};
-
 static __always_inline void count_drop(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&nvrm_drops, &idx);
@@ -187,16 +216,18 @@ static __always_inline __u32 fd_rdev(__u32 fd)
 	return BPF_CORE_READ(f, f_inode, i_rdev);
 }
 
-SEC("tracepoint/syscalls/sys_enter_ioctl")
-int nvrm_enter(struct enter_ctx *ctx)
+// ioctl_enter runs at the entry of every ioctl(2): the filters come first
+// and are cheap (the type byte 'F', the RM escape, then the device of the
+// descriptor), and a call that passes them is kept for ioctl_exit.
+static __always_inline void ioctl_enter(__u64 fd, __u64 cmd64, __u64 arg)
 {
-	__u32 cmd = (__u32)ctx->cmd;
+	__u32 cmd = (__u32)cmd64;
 	if (((cmd >> 8) & 0xff) != NV_IOCTL_MAGIC)
-		return 0;
+		return;
 	struct inflight in = {};
 	in.esc = cmd & 0xff;
 	in.size = (cmd >> 16) & 0x3fff;
-	in.ptr = ctx->arg;
+	in.ptr = arg;
 	if (in.esc == ESC_XFER) {
 		// nv_ioctl_xfer_t {u32 cmd, u32 size, u64 ptr}: the real escape
 		// and its parameters are one indirection away.
@@ -205,23 +236,22 @@ int nvrm_enter(struct enter_ctx *ctx)
 			__u32 size;
 			__u64 ptr;
 		} x;
-		if (in.size != sizeof(x) || bpf_probe_read_user(&x, sizeof(x), (void *)ctx->arg))
-			return 0;
+		if (in.size != sizeof(x) || bpf_probe_read_user(&x, sizeof(x), (void *)arg))
+			return;
 		in.esc = x.cmd;
 		in.size = x.size;
 		in.ptr = x.ptr;
 		in.xfer = 1;
 	}
 	if (in.esc != ESC_RM_ALLOC && in.esc != ESC_RM_FREE && in.esc != ESC_RM_CONTROL)
-		return 0;
-	if (fd_rdev((__u32)ctx->fd) != ctl_rdev)
-		return 0;
-	in.fd = (__s32)ctx->fd;
+		return;
+	if (fd_rdev((__u32)fd) != ctl_rdev)
+		return;
+	in.fd = (__s32)fd;
 	in.time_ns = bpf_ktime_get_ns();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	if (bpf_map_update_elem(&nvrm_inflight, &tid, &in, BPF_ANY))
 		count_drop(DROP_INFLIGHT);
-	return 0;
 }
 
 // Channel-group controls recorded, with the bytes of their parameters read.
@@ -254,23 +284,24 @@ static __always_inline __u32 alloc_params_len(__u32 class)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_ioctl")
-int nvrm_exit(struct exit_ctx *ctx)
+// ioctl_exit runs when an ioctl(2) returns: for a call ioctl_enter kept, the
+// driver has written its results into the parameter block by now.
+static __always_inline void ioctl_exit(__s64 ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	struct inflight *in = bpf_map_lookup_elem(&nvrm_inflight, &tid);
 	if (!in)
-		return 0;
+		return;
 	struct inflight f = *in;
 	bpf_map_delete_elem(&nvrm_inflight, &tid);
-	if (ctx->ret != 0 && ctx->ret != accept_ret)
-		return 0;
+	if (ret != 0 && ret != accept_ret)
+		return;
 
 	struct nvrm_record *r = bpf_ringbuf_reserve(&nvrm_events, sizeof(*r), 0);
 	if (!r) {
 		count_drop(DROP_RINGBUF);
-		return 0;
+		return;
 	}
 	__builtin_memset(r, 0, sizeof(*r));
 	r->time_ns = f.time_ns;
@@ -278,7 +309,7 @@ int nvrm_exit(struct exit_ctx *ctx)
 	r->pid = id >> 32;
 	r->tid = tid;
 	r->fd = f.fd;
-	r->ret = (__s32)ctx->ret;
+	r->ret = (__s32)ret;
 	r->xfer = f.xfer;
 	r->esc = f.esc;
 	r->size = f.size;
@@ -357,16 +388,87 @@ int nvrm_exit(struct exit_ctx *ctx)
 	__u32 tgid = id >> 32;
 	bpf_map_update_elem(&nvrm_seen, &tgid, &one, BPF_ANY);
 	bpf_ringbuf_submit(r, 0);
-	return 0;
+	return;
 
 discard:
 	bpf_ringbuf_discard(r, 0);
+}
+
+// Attach path 1: fentry/fexit on the ioctl system call. Its one argument
+// is the pt_regs the call was entered with; fexit also sees the return
+// value.
+SEC("fentry/" SYS_IOCTL)
+int nvrm_enter(__u64 *ctx)
+{
+	struct pt_regs *regs = (struct pt_regs *)ctx[0];
+	ioctl_enter(SYSCALL_ARG1(regs), SYSCALL_ARG2(regs), SYSCALL_ARG3(regs));
+	return 0;
+}
+
+SEC("fexit/" SYS_IOCTL)
+int nvrm_exit(__u64 *ctx)
+{
+	ioctl_exit((__s64)ctx[1]);
+	return 0;
+}
+
+// Attach path 2: the system call tracepoints of ioctl alone, with the field
+// layout of their format files (events/syscalls/sys_*_ioctl/format).
+struct enter_ctx {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 fd;
+	__u64 cmd;
+	__u64 arg;
+};
+
+struct exit_ctx {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
+
+SEC("tracepoint/syscalls/sys_enter_ioctl")
+int nvrm_tp_enter(struct enter_ctx *ctx)
+{
+	ioctl_enter(ctx->fd, ctx->cmd, ctx->arg);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_ioctl")
+int nvrm_tp_exit(struct exit_ctx *ctx)
+{
+	ioctl_exit(ctx->ret);
+	return 0;
+}
+
+// Attach path 3: the raw system call tracepoints, for every system call;
+// sys_enter(regs, id), sys_exit(regs, ret).
+SEC("raw_tracepoint/sys_enter")
+int nvrm_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (ctx->args[1] != NR_IOCTL)
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+	ioctl_enter(SYSCALL_ARG1(regs), SYSCALL_ARG2(regs), SYSCALL_ARG3(regs));
+	return 0;
+}
+
+SEC("raw_tracepoint/sys_exit")
+int nvrm_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+	if (SYSCALL_NR(regs) != NR_IOCTL)
+		return 0;
+	ioctl_exit((__s64)ctx->args[1]);
 	return 0;
 }
 
 // A traced process's exit: the registry forgets its handles (RM frees a
 // file's clients when its last reference closes, which exit does).
-SEC("tracepoint/sched/sched_process_exit")
+SEC("raw_tracepoint/sched_process_exit")
 int nvrm_proc_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();

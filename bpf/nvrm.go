@@ -2,7 +2,7 @@ package bpf
 
 // The generated loaders (nvrm_x86_bpfel.go, nvrm_arm64_bpfel.go) and objects
 // are committed; `make generate` rebuilds them with clang.
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target amd64,arm64 -type nvrm_record Nvrm nvrm.c -- -O2 -g -Wall -Werror -I/usr/include/bpf -I/usr/include/x86_64-linux-gnu
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target amd64,arm64 -type nvrm_record Nvrm nvrm.c -- -O2 -g -Wall -Werror -I/usr/include/bpf -I/usr/include/x86_64-linux-gnu -I/usr/include/aarch64-linux-gnu
 
 // Record kinds of the nvrm program's nvrm_record.kind.
 const (

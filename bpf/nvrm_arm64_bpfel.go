@@ -53,6 +53,10 @@ const (
 	NvrmProgNvrmEnter       = "nvrm_enter"
 	NvrmProgNvrmExit        = "nvrm_exit"
 	NvrmProgNvrmProcExit    = "nvrm_proc_exit"
+	NvrmProgNvrmSysEnter    = "nvrm_sys_enter"
+	NvrmProgNvrmSysExit     = "nvrm_sys_exit"
+	NvrmProgNvrmTpEnter     = "nvrm_tp_enter"
+	NvrmProgNvrmTpExit      = "nvrm_tp_exit"
 	NvrmVarAcceptRet        = "accept_ret"
 	NvrmVarCtlRdev          = "ctl_rdev"
 	NvrmVarUnusedNvrmRecord = "unused_nvrm_record"
@@ -103,6 +107,10 @@ type NvrmProgramSpecs struct {
 	NvrmEnter    *ebpf.ProgramSpec `ebpf:"nvrm_enter"`
 	NvrmExit     *ebpf.ProgramSpec `ebpf:"nvrm_exit"`
 	NvrmProcExit *ebpf.ProgramSpec `ebpf:"nvrm_proc_exit"`
+	NvrmSysEnter *ebpf.ProgramSpec `ebpf:"nvrm_sys_enter"`
+	NvrmSysExit  *ebpf.ProgramSpec `ebpf:"nvrm_sys_exit"`
+	NvrmTpEnter  *ebpf.ProgramSpec `ebpf:"nvrm_tp_enter"`
+	NvrmTpExit   *ebpf.ProgramSpec `ebpf:"nvrm_tp_exit"`
 }
 
 // NvrmMapSpecs contains maps before they are loaded into the kernel.
@@ -175,6 +183,10 @@ type NvrmPrograms struct {
 	NvrmEnter    *ebpf.Program `ebpf:"nvrm_enter"`
 	NvrmExit     *ebpf.Program `ebpf:"nvrm_exit"`
 	NvrmProcExit *ebpf.Program `ebpf:"nvrm_proc_exit"`
+	NvrmSysEnter *ebpf.Program `ebpf:"nvrm_sys_enter"`
+	NvrmSysExit  *ebpf.Program `ebpf:"nvrm_sys_exit"`
+	NvrmTpEnter  *ebpf.Program `ebpf:"nvrm_tp_enter"`
+	NvrmTpExit   *ebpf.Program `ebpf:"nvrm_tp_exit"`
 }
 
 func (p *NvrmPrograms) Close() error {
@@ -182,6 +194,10 @@ func (p *NvrmPrograms) Close() error {
 		p.NvrmEnter,
 		p.NvrmExit,
 		p.NvrmProcExit,
+		p.NvrmSysEnter,
+		p.NvrmSysExit,
+		p.NvrmTpEnter,
+		p.NvrmTpExit,
 	)
 }
 

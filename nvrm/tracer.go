@@ -25,12 +25,15 @@ var ErrClosed = os.ErrClosed
 const DefaultPinPath = "/sys/fs/bpf/arbiter/nvrm"
 
 // Tracer records RM allocations, frees and channel-group controls issued
-// on the driver's control device, with eBPF programs on the ioctl syscall
-// tracepoints (kernel 5.8+ for the ring buffer, CAP_BPF and CAP_PERFMON or
-// root). One Tracer reads one ring buffer; Read is not safe for concurrent
-// use, Close may be called from any goroutine and unblocks Read.
+// on the driver's control device, with eBPF programs on the ioctl system
+// call (kernel 5.8+ for the ring buffer, CAP_BPF and CAP_PERFMON or root).
+// Nothing needs tracefs or debugfs mounted: see AttachPath. One Tracer
+// reads one ring buffer; Read is not safe for concurrent use, Close may be
+// called from any goroutine and unblocks Read.
 type Tracer struct {
-	objs  bpf.NvrmObjects
+	maps  bpf.NvrmMaps
+	progs *ebpf.Collection
+	path  AttachPath
 	links map[string]link.Link
 	rd    *ringbuf.Reader
 	rec   ringbuf.Record
@@ -38,6 +41,68 @@ type Tracer struct {
 	// Decoded counts records read, BadRecords those that failed to decode.
 	decoded, bad uint64
 }
+
+// AttachPath is how the tracer's ioctl programs are attached. Every path
+// attaches without tracefs or debugfs: the ioctl programs through BPF
+// trampolines or raw tracepoints, the exit program on the raw
+// sched_process_exit tracepoint.
+type AttachPath string
+
+const (
+	// AttachFentry runs the programs at the entry and exit of the ioctl
+	// system call itself (fentry/fexit; kernel 5.5+ on x86-64, 6.0+ on
+	// arm64, with BTF): no other system call pays anything.
+	AttachFentry AttachPath = "fentry"
+	// AttachSyscallTracepoint runs them on the syscalls/sys_enter_ioctl
+	// and sys_exit_ioctl tracepoints: while attached, every system call
+	// takes the kernel's traced (slower) path, but only ioctl runs a
+	// program. Their ids come from tracefs, mounted in a private mount
+	// namespace where the host has none (CAP_SYS_ADMIN): the host's mounts
+	// never change.
+	AttachSyscallTracepoint AttachPath = "syscall-tracepoint"
+	// AttachRawSyscall runs them on the raw sys_enter and sys_exit
+	// tracepoints (kernel 4.17+): every system call of every process runs a
+	// program that returns at once unless it is an ioctl, about twice the
+	// cost to unrelated system calls of AttachSyscallTracepoint. The last
+	// resort: no BPF trampolines, no tracefs, no CAP_SYS_ADMIN.
+	AttachRawSyscall AttachPath = "raw-syscall"
+)
+
+// String describes the path for a person, e.g. for `arbiter doctor`.
+func (p AttachPath) String() string {
+	switch p {
+	case AttachFentry:
+		return "fentry/fexit on the ioctl system call"
+	case AttachSyscallTracepoint:
+		return "syscalls/sys_enter_ioctl and sys_exit_ioctl tracepoints"
+	case AttachRawSyscall:
+		return "raw sys_enter/sys_exit tracepoints"
+	}
+	return string(p)
+}
+
+// ioctlPath is one way to attach the ioctl programs: the programs for the
+// system call's entry and exit, and the hooks they attach to (fentry
+// programs carry their target in the object).
+type ioctlPath struct {
+	path  AttachPath
+	progs [2]string
+	hooks [2]string
+}
+
+// attachPaths are the paths in the order NewTracer tries them.
+var attachPaths = []ioctlPath{
+	{AttachFentry, [2]string{"nvrm_enter", "nvrm_exit"}, [2]string{}},
+	{AttachSyscallTracepoint, [2]string{"nvrm_tp_enter", "nvrm_tp_exit"}, [2]string{"syscalls/sys_enter_ioctl", "syscalls/sys_exit_ioctl"}},
+	{AttachRawSyscall, [2]string{"nvrm_sys_enter", "nvrm_sys_exit"}, [2]string{"sys_enter", "sys_exit"}},
+}
+
+// The names the links are pinned under (link_NAME), whatever the path, so
+// that a daemon restarted onto another path replaces them.
+var ioctlLinkNames = [2]string{"nvrm_enter", "nvrm_exit"}
+
+// procExitProgram reports the exits of traced processes.
+const procExitProgram = "nvrm_proc_exit"
 
 // TracerOptions configures a Tracer; nil means defaults.
 type TracerOptions struct {
@@ -55,13 +120,10 @@ type TracerOptions struct {
 	// they recorded meanwhile (up to the ring's 256 KiB, about 2,300
 	// calls; past that, drops are counted).
 	PinPath string
-}
-
-// Programs and where they attach.
-var tracerAttach = []struct{ name, group, event string }{
-	{"nvrm_enter", "syscalls", "sys_enter_ioctl"},
-	{"nvrm_exit", "syscalls", "sys_exit_ioctl"},
-	{"nvrm_proc_exit", "sched", "sched_process_exit"},
+	// Attach, where set, is the only attach path tried; empty tries
+	// AttachFentry, AttachSyscallTracepoint, then AttachRawSyscall, the
+	// cheapest for the rest of the node first.
+	Attach AttachPath
 }
 
 // NewTracer loads and attaches the programs. With a PinPath whose pins a
@@ -97,21 +159,25 @@ func NewTracer(opts *TracerOptions) (*Tracer, error) {
 		}
 		copts.Maps.PinPath = t.opts.PinPath
 	}
-	if err := spec.LoadAndAssign(&t.objs, &copts); err != nil {
-		return nil, fmt.Errorf("nvrm: load tracer programs (needs root, or CAP_BPF and CAP_PERFMON): %w", err)
-	}
-	progs := map[string]*ebpf.Program{
-		"nvrm_enter":     t.objs.NvrmEnter,
-		"nvrm_exit":      t.objs.NvrmExit,
-		"nvrm_proc_exit": t.objs.NvrmProcExit,
-	}
-	for _, a := range tracerAttach {
-		l, err := link.Tracepoint(a.group, a.event, progs[a.name], nil)
-		if err != nil {
-			t.Close()
-			return nil, fmt.Errorf("nvrm: attach %s to %s:%s: %w", a.name, a.group, a.event, err)
+	var errs []error
+	for _, p := range attachPaths {
+		if t.opts.Attach != "" && p.path != t.opts.Attach {
+			continue
 		}
-		t.links[a.name] = l
+		err := t.attach(spec, &copts, p)
+		if err == nil {
+			break
+		}
+		// Any failure moves on to the next path: an EPERM, say, can be
+		// the kernel refusing trampolines as much as missing privilege,
+		// and the error names every path's reason if all fail.
+		errs = append(errs, fmt.Errorf("%s: %w", p.path, err))
+	}
+	if t.path == "" {
+		if len(errs) == 0 {
+			return nil, fmt.Errorf("nvrm: unknown attach path %q (want %q, %q or %q)", t.opts.Attach, AttachFentry, AttachSyscallTracepoint, AttachRawSyscall)
+		}
+		return nil, fmt.Errorf("nvrm: attach the ioctl tracer: %w", errors.Join(errs...))
 	}
 	if t.opts.PinPath != "" {
 		if err := t.pinLinks(); err != nil {
@@ -119,7 +185,7 @@ func NewTracer(opts *TracerOptions) (*Tracer, error) {
 			return nil, err
 		}
 	}
-	t.rd, err = ringbuf.NewReader(t.objs.NvrmEvents)
+	t.rd, err = ringbuf.NewReader(t.maps.NvrmEvents)
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("nvrm: ring buffer reader: %w", err)
@@ -127,10 +193,76 @@ func NewTracer(opts *TracerOptions) (*Tracer, error) {
 	return t, nil
 }
 
+// attach loads the maps and the programs of one path and attaches them.
+// On failure it leaves t as it found it.
+func (t *Tracer) attach(base *ebpf.CollectionSpec, copts *ebpf.CollectionOptions, p ioctlPath) error {
+	spec := base.Copy()
+	for name := range spec.Programs {
+		if name != p.progs[0] && name != p.progs[1] && name != procExitProgram {
+			delete(spec.Programs, name)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, *copts)
+	if err != nil {
+		return fmt.Errorf("load programs (needs root, or CAP_BPF and CAP_PERFMON): %w", err)
+	}
+	progs := []*ebpf.Program{coll.Programs[p.progs[0]], coll.Programs[p.progs[1]]}
+	var ls []link.Link
+	switch p.path {
+	case AttachFentry:
+		for _, prog := range progs {
+			var l link.Link
+			if l, err = link.AttachTracing(link.TracingOptions{Program: prog}); err != nil {
+				err = fmt.Errorf("attach %s: %w", prog, err)
+				break
+			}
+			ls = append(ls, l)
+		}
+	case AttachSyscallTracepoint:
+		ls, err = attachTracepoints(p.hooks[:], progs)
+	case AttachRawSyscall:
+		for i, prog := range progs {
+			var l link.Link
+			if l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: p.hooks[i], Program: prog}); err != nil {
+				err = fmt.Errorf("attach %s to the raw tracepoint %s: %w", prog, p.hooks[i], err)
+				break
+			}
+			ls = append(ls, l)
+		}
+	}
+	links := map[string]link.Link{}
+	for i, l := range ls {
+		links[ioctlLinkNames[i]] = l
+	}
+	fail := func(err error) error {
+		for _, l := range links {
+			_ = l.Close()
+		}
+		coll.Close()
+		return err
+	}
+	if err != nil {
+		return fail(err)
+	}
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_exit", Program: coll.Programs[procExitProgram]})
+	if err != nil {
+		return fail(fmt.Errorf("attach %s to the raw tracepoint sched_process_exit: %w", procExitProgram, err))
+	}
+	links[procExitProgram] = l
+	if err := coll.Assign(&t.maps); err != nil {
+		return fail(fmt.Errorf("take the tracer's maps: %w", err))
+	}
+	t.progs, t.links, t.path = coll, links, p.path
+	return nil
+}
+
+// AttachPath reports how the ioctl programs are attached.
+func (t *Tracer) AttachPath() AttachPath { return t.path }
+
 // pinLinks replaces the links pinned by an earlier Tracer with this one's.
 func (t *Tracer) pinLinks() error {
-	for _, a := range tracerAttach {
-		path := filepath.Join(t.opts.PinPath, "link_"+a.name)
+	for name := range t.links {
+		path := filepath.Join(t.opts.PinPath, "link_"+name)
 		if old, err := link.LoadPinnedLink(path, nil); err == nil {
 			// The new link is attached already: drop the old one.
 			_ = old.Unpin()
@@ -138,7 +270,7 @@ func (t *Tracer) pinLinks() error {
 		} else if !errors.Is(err, os.ErrNotExist) {
 			_ = os.Remove(path)
 		}
-		if err := t.links[a.name].Pin(path); err != nil {
+		if err := t.links[name].Pin(path); err != nil {
 			return fmt.Errorf("nvrm: pin link %s: %w", path, err)
 		}
 	}
@@ -211,7 +343,7 @@ func (t *Tracer) Stats() (Stats, error) {
 	s := Stats{Decoded: t.decoded, BadRecords: t.bad}
 	for i, dst := range []*uint64{&s.RingbufFull, &s.ReadFailed, &s.InflightFull} {
 		var per []uint64
-		if err := t.objs.NvrmDrops.Lookup(uint32(i), &per); err != nil {
+		if err := t.maps.NvrmDrops.Lookup(uint32(i), &per); err != nil {
 			return s, fmt.Errorf("nvrm: read drop counter %d: %w", i, err)
 		}
 		for _, v := range per {
@@ -234,7 +366,11 @@ func (t *Tracer) Close() error {
 		errs = append(errs, l.Close())
 		delete(t.links, name)
 	}
-	errs = append(errs, t.objs.Close())
+	if t.progs != nil {
+		t.progs.Close()
+		t.progs = nil
+	}
+	errs = append(errs, t.maps.Close())
 	return errors.Join(errs...)
 }
 
@@ -248,7 +384,7 @@ func (t *Tracer) Unpin() error {
 	for _, l := range t.links {
 		errs = append(errs, l.Unpin())
 	}
-	for _, m := range []*ebpf.Map{t.objs.NvrmEvents, t.objs.NvrmSeen, t.objs.NvrmDrops} {
+	for _, m := range []*ebpf.Map{t.maps.NvrmEvents, t.maps.NvrmSeen, t.maps.NvrmDrops} {
 		if m != nil {
 			errs = append(errs, m.Unpin())
 		}

@@ -40,10 +40,11 @@ type multiPrograms struct {
 	Noop     *ebpf.Program `ebpf:"uprobe_noop_multi"`
 }
 
-// tracepointPrograms are the exec/exit programs.
+// tracepointPrograms are the exec/exit programs, attached to the raw
+// sched_process_exec and sched_process_exit tracepoints.
 type tracepointPrograms struct {
-	Exec *ebpf.Program `ebpf:"tracepoint_exec"`
-	Exit *ebpf.Program `ebpf:"tracepoint_exit"`
+	Exec *ebpf.Program `ebpf:"sched_exec"`
+	Exit *ebpf.Program `ebpf:"sched_exit"`
 }
 
 // objects is everything the Tracer loads.

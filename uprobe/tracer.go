@@ -236,9 +236,11 @@ func Open(opts *Options) (*Tracer, error) {
 		name string
 		prog *ebpf.Program
 	}{{"sched_process_exec", t.objs.tps.Exec}, {"sched_process_exit", t.objs.tps.Exit}} {
-		l, err := link.Tracepoint("sched", tp.name, tp.prog, nil)
+		// Raw tracepoints attach by name, with no tracefs or debugfs
+		// mounted (see bpf/cuda.c).
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog})
 		if err != nil {
-			return fail(fmt.Errorf("attach tracepoint sched/%s: %w", tp.name, err))
+			return fail(fmt.Errorf("attach raw tracepoint %s: %w", tp.name, err))
 		}
 		t.procs = append(t.procs, l)
 	}

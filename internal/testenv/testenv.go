@@ -7,8 +7,12 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -40,4 +44,84 @@ func Privileged(tb testing.TB) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		Skip(tb, "cannot lift RLIMIT_MEMLOCK: %v", err)
 	}
+}
+
+// noTracefsVar marks the re-executed test binary of MainWithoutTracefs.
+const noTracefsVar = "ARBITER_TEST_NO_TRACEFS"
+
+// MainWithoutTracefs runs a package's tests as Arbiter runs on a node where
+// nobody mounted tracefs or debugfs (containers, minimal hosts): as root it
+// re-executes the test binary in a new mount namespace whose mounts are all
+// private (nothing reaches the host), unmounts every tracefs and debugfs
+// there, and runs the tests in it. Not as root, it runs them as they are:
+// the privileged tests skip, or fail through Privileged where RequireVar is
+// set. Call it from TestMain: os.Exit(testenv.MainWithoutTracefs(m)).
+func MainWithoutTracefs(m *testing.M) int {
+	if os.Getenv(noTracefsVar) == "1" {
+		if err := unmountTracefs(); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
+			return 1
+		}
+		return m.Run()
+	}
+	if os.Geteuid() != 0 {
+		return m.Run()
+	}
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), noTracefsVar+"=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// Go makes every mount of the new namespace private (MS_REC|MS_PRIVATE
+	// on /) before it runs the child.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		fmt.Fprintf(os.Stderr, "testenv: run the tests in a mount namespace without tracefs: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// unmountTracefs detaches every tracefs and debugfs mount of the calling
+// process's mount namespace, deepest first, and checks that none is left.
+func unmountTracefs() error {
+	for range 8 {
+		mounts, err := TracefsMounts()
+		if err != nil {
+			return err
+		}
+		if len(mounts) == 0 {
+			return nil
+		}
+		for i := len(mounts) - 1; i >= 0; i-- {
+			if err := syscall.Unmount(mounts[i], syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+				return fmt.Errorf("unmount %s in the tests' mount namespace: %w", mounts[i], err)
+			}
+		}
+	}
+	return errors.New("tracefs or debugfs is still mounted in the tests' mount namespace")
+}
+
+// TracefsMounts lists the mount points of tracefs and debugfs in the
+// calling thread's mount namespace, in mount order.
+func TracefsMounts() ([]string, error) {
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		// id parent major:minor root mountpoint options [optional...] - fstype ...
+		before, after, ok := strings.Cut(line, " - ")
+		fields, fs := strings.Fields(before), strings.Fields(after)
+		if !ok || len(fields) < 5 || len(fs) == 0 {
+			continue
+		}
+		if fs[0] == "tracefs" || fs[0] == "debugfs" {
+			out = append(out, fields[4])
+		}
+	}
+	return out, nil
 }
