@@ -215,6 +215,9 @@ func parseFiles(name string, files map[string][]byte, revision string, o Options
 	if len(src.Modules) == 0 {
 		return nil, &Error{Source: name, Diagnostics: []Diagnostic{{Code: CodeLoad, File: name, Message: "no .rego files found"}}}
 	}
+	if diags := severalPolicies(name, src.Modules); diags != nil {
+		return nil, &Error{Source: name, Revision: sum, Diagnostics: diags}
+	}
 	src.Revision = revision
 	if src.Revision == "" {
 		src.Revision = sum

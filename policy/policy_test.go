@@ -316,3 +316,37 @@ func writeBundle(t *testing.T, path string, files map[string]string) {
 		t.Fatal(err)
 	}
 }
+
+// TestSeveralPoliciesInOneDirectory: a directory of policy directories
+// (the repository's rego/) is one policy to the loader; the error says so
+// and names each policy's files instead of OPA's "package annotation
+// redeclared".
+func TestSeveralPoliciesInOneDirectory(t *testing.T) {
+	one := "# METADATA\n# title: a policy\n" + header + "classify := default_decision\n"
+	dir := writeDir(t, map[string]string{
+		"a/policy.rego":      one,
+		"b/policy.rego":      one,
+		"b/more/helper.rego": "package arbiter\n\nhelper := 1\n",
+		"c/data.json":        `{"x": 1}`,
+	})
+	_, err := Load(context.Background(), dir, nil)
+	diags := Diagnostics(err)
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	if len(diags) != 3 || diags[0].File != dir || diags[0].Code != CodeLoad ||
+		!strings.Contains(diags[0].Message, "2 policies loaded as one: "+a+" and "+b+" each define data.arbiter.default_decision") ||
+		!strings.Contains(diags[0].Message, "A directory holds ONE policy") ||
+		!strings.Contains(diags[0].Message, "arbiter policy check "+a+" "+b) {
+		t.Fatalf("%v", err)
+	}
+	if d := diags[1]; d.File != filepath.Join(a, "policy.rego") || d.Row != 5 || d.Col != 1 || !strings.Contains(d.Message, "the policy in "+a) {
+		t.Fatalf("%v", d)
+	}
+	if _, err := Load(context.Background(), b, nil); err != nil {
+		t.Fatalf("one of them alone: %v", err)
+	}
+	// Rules spread over subdirectories are still one policy.
+	split := writeDir(t, map[string]string{"p.rego": header, "rules/classify.rego": "package arbiter\n\nclassify := default_decision\n"})
+	if _, err := Load(context.Background(), split, nil); err != nil {
+		t.Fatalf("one policy over two directories: %v", err)
+	}
+}

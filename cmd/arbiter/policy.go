@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,13 +84,24 @@ func policyWriteJSON(w io.Writer, v any) error {
 }
 
 // newPolicyCheckCmd is `arbiter policy check`, like `opa check --strict`
-// plus Arbiter's entry-point and schema checks.
+// plus Arbiter's entry-point and schema checks. Each argument is one
+// policy, checked as the daemon would load it: a directory is ONE policy
+// with all its subdirectories, so a directory holding several policies is
+// an error that names them, and they are checked by naming each.
 func newPolicyCheckCmd() *cobra.Command {
 	var format, evaluator string
 	cmd := &cobra.Command{
-		Use:   "check DIR|BUNDLE",
-		Short: "Load and check a policy: syntax, strict compile, input schema, decisions",
-		Args:  cobra.ExactArgs(1),
+		Use:   "check DIR|BUNDLE...",
+		Short: "Load and check policies: syntax, strict compile, input schema, decisions",
+		Long: `Load and check each policy named, as the daemon would load it: syntax,
+strict compilation, input references against the input schema, entry points,
+literal decisions against the decision schema, and the default decision.
+
+A directory is ONE policy, read with all its subdirectories (data files and
+helper modules may sit anywhere below it). To check several policies, name
+each one: arbiter policy check rego/default rego/examples/*. With --format
+json, one policy gives one object and several give an array of them.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := policyCheckFormat(format); err != nil {
 				return err
@@ -98,53 +110,89 @@ func newPolicyCheckCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := policy.Load(cmd.Context(), args[0], opts)
 			out := cmd.OutOrStdout()
+			var results []policyCheckResult
+			var failed []string
+			for _, path := range args {
+				res := policyCheck(cmd.Context(), path, opts)
+				if !res.OK {
+					failed = append(failed, fmt.Sprintf("%s has %d errors", path, len(res.Errors)))
+				}
+				if format == "json" {
+					results = append(results, res)
+					continue
+				}
+				if err := res.writeHuman(out); err != nil {
+					return err
+				}
+			}
 			if format == "json" {
-				res := struct {
-					OK            bool                `json:"ok"`
-					Revision      string              `json:"revision,omitempty"`
-					Modules       int                 `json:"modules,omitempty"`
-					Default       *policy.Decision    `json:"default_decision,omitempty"`
-					Evaluator     string              `json:"evaluator,omitempty"`
-					EvaluatorNote string              `json:"evaluator_note,omitempty"`
-					Errors        []policy.Diagnostic `json:"errors,omitempty"`
-				}{OK: err == nil, Errors: policy.Diagnostics(err)}
-				if p != nil {
-					d := p.Default()
-					res.Revision, res.Modules, res.Default = p.Revision(), len(p.Source().Modules), &d
-					res.Evaluator, res.EvaluatorNote = policyEvaluator(p)
+				var doc any = results
+				if len(results) == 1 {
+					doc = results[0]
 				}
-				if werr := policyWriteJSON(out, res); werr != nil {
-					return werr
+				if err := policyWriteJSON(out, doc); err != nil {
+					return err
 				}
-				if err != nil {
-					return &policyExit{1, fmt.Errorf("policy %s has %d errors", args[0], len(res.Errors))}
-				}
-				return nil
 			}
-			if err != nil {
-				for _, d := range policy.Diagnostics(err) {
-					fmt.Fprintln(out, d)
-				}
-				return &policyExit{1, fmt.Errorf("policy %s has %d errors", args[0], len(policy.Diagnostics(err)))}
+			if len(failed) > 0 {
+				return &policyExit{1, fmt.Errorf("policy %s", strings.Join(failed, "; policy "))}
 			}
-			victims := "no victims rule"
-			if p.HasVictims() {
-				victims = "victims rule"
-			}
-			ev, note := policyEvaluator(p)
-			evaluated := "evaluated by its compiled plan"
-			if ev != string(policy.EvaluatorPlan) {
-				evaluated = "evaluated by topdown: " + note
-			}
-			_, err = fmt.Fprintf(out, "ok: %s revision %s, %d modules, default class %q, %s, %s\n", args[0], p.Revision(), len(p.Source().Modules), p.Default().Class, victims, evaluated)
-			return err
+			return nil
 		},
 	}
 	policyFormatFlag(cmd, &format)
 	policyEvaluatorFlag(cmd, &evaluator)
 	return cmd
+}
+
+// policyCheckResult is what `arbiter policy check` says about one policy;
+// its JSON is the --format json output.
+type policyCheckResult struct {
+	Path          string              `json:"path"`
+	OK            bool                `json:"ok"`
+	Revision      string              `json:"revision,omitempty"`
+	Modules       int                 `json:"modules,omitempty"`
+	Default       *policy.Decision    `json:"default_decision,omitempty"`
+	Victims       bool                `json:"victims,omitempty"`
+	Evaluator     string              `json:"evaluator,omitempty"`
+	EvaluatorNote string              `json:"evaluator_note,omitempty"`
+	Errors        []policy.Diagnostic `json:"errors,omitempty"`
+}
+
+// policyCheck loads and checks the policy at path.
+func policyCheck(ctx context.Context, path string, opts *policy.Options) policyCheckResult {
+	p, err := policy.Load(ctx, path, opts)
+	res := policyCheckResult{Path: path, OK: err == nil, Errors: policy.Diagnostics(err)}
+	if p != nil {
+		d := p.Default()
+		res.Revision, res.Modules, res.Default, res.Victims = p.Revision(), len(p.Source().Modules), &d, p.HasVictims()
+		res.Evaluator, res.EvaluatorNote = policyEvaluator(p)
+	}
+	return res
+}
+
+// writeHuman prints the policy's errors, one a line, or one line saying
+// what was loaded.
+func (r *policyCheckResult) writeHuman(out io.Writer) error {
+	if !r.OK {
+		for _, d := range r.Errors {
+			if _, err := fmt.Fprintln(out, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	victims := "no victims rule"
+	if r.Victims {
+		victims = "victims rule"
+	}
+	evaluated := "evaluated by its compiled plan"
+	if r.Evaluator != string(policy.EvaluatorPlan) {
+		evaluated = "evaluated by topdown: " + r.EvaluatorNote
+	}
+	_, err := fmt.Fprintf(out, "ok: %s revision %s, %d modules, default class %q, %s, %s\n", r.Path, r.Revision, r.Modules, r.Default.Class, victims, evaluated)
+	return err
 }
 
 // newPolicyTestCmd is `arbiter policy test`, like `opa test`.

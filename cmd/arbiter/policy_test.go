@@ -152,6 +152,33 @@ func TestPolicyCheck(t *testing.T) {
 	}
 }
 
+// TestPolicyCheckSeveralPolicies: a directory of policies is one policy
+// to check, as to the daemon, and the error says how to check each; naming
+// each checks each.
+func TestPolicyCheckSeveralPolicies(t *testing.T) {
+	out, code := runPolicy(t, "", "check", "../../rego")
+	if code != 1 || !strings.Contains(out, "5 policies loaded as one") || !strings.Contains(out, "A directory holds ONE policy") ||
+		!strings.Contains(out, "arbiter policy check ../../rego/default ../../rego/examples/diurnal ../../rego/examples/namespace") ||
+		!strings.Contains(out, "../../rego/examples/topology/policy.rego:13:1: arbiter_load_error: the policy in ../../rego/examples/topology defines") ||
+		strings.Contains(out, "redeclared") {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	dirs, _ := filepath.Glob("../../rego/examples/*")
+	args := append([]string{"check", "../../rego/default"}, dirs...)
+	out, code = runPolicy(t, "", args...)
+	if code != 0 || strings.Count(out, "ok: ") != 5 {
+		t.Fatalf("each named: exit %d\n%s", code, out)
+	}
+	out, code = runPolicy(t, "", "check", "--format", "json", "../../rego/default", "../../rego")
+	var res []struct {
+		Path string
+		OK   bool
+	}
+	if code != 1 || json.Unmarshal([]byte(out[:strings.LastIndex(out, "\n]")+2]), &res) != nil || len(res) != 2 || !res[0].OK || res[1].OK || res[1].Path != "../../rego" {
+		t.Fatalf("json: exit %d %+v\n%s", code, res, out)
+	}
+}
+
 const evalInput = `{"apiVersion": "arbiter.io/v1", "node": {"hostname": "n", "time": "2026-01-10T12:00:00Z", "gpus": []},
  "process": {"pid": 42, "comm": "vllm", "env": {"ARBITER_CLASS": "latency-critical"}}}`
 

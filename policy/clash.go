@@ -1,0 +1,68 @@
+package policy
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// A directory is read as ONE policy, with every subdirectory: data files
+// and helper modules may sit anywhere below it. Pointing the loader at a
+// directory that holds several policies (the repository's rego/, or
+// rego/examples) loads them all as one, and their rules clash: OPA then
+// reports "package annotation redeclared", "conflicting rules" or a
+// conflict while evaluating default_decision, none of which says why.
+// Every policy defines data.arbiter.default_decision, so two directories
+// that each define it are two policies, and the loader says so instead.
+
+// severalPolicies returns one diagnostic saying that the files under name
+// hold several policies, and one at each policy's default_decision, when
+// more than one directory defines data.arbiter.default_decision; nil
+// otherwise.
+func severalPolicies(name string, mods map[string]*ast.Module) []Diagnostic {
+	at := map[string]*ast.Location{} // policy directory -> its default_decision
+	for file, m := range mods {
+		if strings.HasSuffix(file, "_test.rego") || m.Package.Path.String() != "data.arbiter" {
+			continue
+		}
+		for _, r := range m.Rules {
+			if r.Head.Ref().String() != EntryDefault {
+				continue
+			}
+			dir := filepath.Dir(file)
+			if old, ok := at[dir]; !ok || r.Location.File < old.File || r.Location.File == old.File && r.Location.Row < old.Row {
+				at[dir] = r.Location
+			}
+		}
+	}
+	if len(at) < 2 {
+		return nil
+	}
+	dirs := make([]string, 0, len(at))
+	for d := range at {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	out := []Diagnostic{{Code: CodeLoad, File: name, Message: fmt.Sprintf(
+		"%d policies loaded as one: %s each define data.arbiter.default_decision, so their rules clash. "+
+			"A directory holds ONE policy, read with all its subdirectories: load each of these directories on its own "+
+			"(to check them all: arbiter policy check %s)",
+		len(dirs), andList(dirs), strings.Join(dirs, " "))}}
+	for _, d := range dirs {
+		loc := at[d]
+		out = append(out, Diagnostic{Code: CodeLoad, File: loc.File, Row: loc.Row, Col: loc.Col,
+			Message: fmt.Sprintf("the policy in %s defines data.arbiter.default_decision here", d)})
+	}
+	return out
+}
+
+// andList spells names as "a, b and c".
+func andList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
