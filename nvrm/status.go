@@ -21,10 +21,13 @@ const (
 	StatusInvalidClient           Status = 0x23
 	StatusInvalidCommand          Status = 0x24
 	StatusInvalidDevice           Status = 0x26
+	StatusInvalidLockState        Status = 0x2F
 	StatusInvalidObject           Status = 0x31
 	StatusInvalidObjectHandle     Status = 0x33
 	StatusInvalidOperation        Status = 0x38
 	StatusInvalidParamStruct      Status = 0x3A
+	StatusInvalidParameter        Status = 0x3B
+	StatusInvalidPointer          Status = 0x3D
 	StatusInvalidState            Status = 0x40
 	StatusNoMemory                Status = 0x51
 	StatusNotSupported            Status = 0x56
@@ -46,10 +49,13 @@ var (
 	ErrInvalidClient           = errors.New("NV_ERR_INVALID_CLIENT")
 	ErrInvalidCommand          = errors.New("NV_ERR_INVALID_COMMAND")
 	ErrInvalidDevice           = errors.New("NV_ERR_INVALID_DEVICE")
+	ErrInvalidLockState        = errors.New("NV_ERR_INVALID_LOCK_STATE")
 	ErrInvalidObject           = errors.New("NV_ERR_INVALID_OBJECT")
 	ErrInvalidObjectHandle     = errors.New("NV_ERR_INVALID_OBJECT_HANDLE")
 	ErrInvalidOperation        = errors.New("NV_ERR_INVALID_OPERATION")
 	ErrInvalidParamStruct      = errors.New("NV_ERR_INVALID_PARAM_STRUCT")
+	ErrInvalidParameter        = errors.New("NV_ERR_INVALID_PARAMETER")
+	ErrInvalidPointer          = errors.New("NV_ERR_INVALID_POINTER")
 	ErrInvalidState            = errors.New("NV_ERR_INVALID_STATE")
 	ErrNoMemory                = errors.New("NV_ERR_NO_MEMORY")
 	ErrNotSupported            = errors.New("NV_ERR_NOT_SUPPORTED")
@@ -72,10 +78,13 @@ var statusErrors = map[Status]error{
 	StatusInvalidClient:           ErrInvalidClient,
 	StatusInvalidCommand:          ErrInvalidCommand,
 	StatusInvalidDevice:           ErrInvalidDevice,
+	StatusInvalidLockState:        ErrInvalidLockState,
 	StatusInvalidObject:           ErrInvalidObject,
 	StatusInvalidObjectHandle:     ErrInvalidObjectHandle,
 	StatusInvalidOperation:        ErrInvalidOperation,
 	StatusInvalidParamStruct:      ErrInvalidParamStruct,
+	StatusInvalidParameter:        ErrInvalidParameter,
+	StatusInvalidPointer:          ErrInvalidPointer,
 	StatusInvalidState:            ErrInvalidState,
 	StatusNoMemory:                ErrNoMemory,
 	StatusNotSupported:            ErrNotSupported,

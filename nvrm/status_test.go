@@ -20,6 +20,12 @@ func TestStatusErrors(t *testing.T) {
 		{StatusTimeout, ErrTimeout, "NV_ERR_TIMEOUT"},
 		{StatusInvalidState, ErrInvalidState, "NV_ERR_INVALID_STATE"},
 		{StatusGeneric, ErrGeneric, "NV_ERR_GENERIC"},
+		// nvstatuscodes.h: 0x2E is INVALID_LIMIT, 0x2F INVALID_LOCK_STATE,
+		// 0x3B INVALID_PARAMETER, 0x3C INVALID_PATH, 0x3D INVALID_POINTER.
+		{0x2F, ErrInvalidLockState, "NV_ERR_INVALID_LOCK_STATE"},
+		{0x3B, ErrInvalidParameter, "NV_ERR_INVALID_PARAMETER"},
+		{0x3D, ErrInvalidPointer, "NV_ERR_INVALID_POINTER"},
+		{0x2E, ErrUnknownStatus, "NV_STATUS(0x2e)"},
 		{Status(0x1234), ErrUnknownStatus, "NV_STATUS(0x1234)"},
 	}
 	for _, tc := range tests {
