@@ -101,6 +101,29 @@ type NVOS64 struct {
 	_                uint32
 }
 
+// nvos21Pre535 is NVOS21_PARAMETERS before 535.43.02, which had no
+// paramsSize: status sits at byte 24, where 535.43.02 put paramsSize, and
+// the block is padded to 32 bytes, so the request number is NVOS21's own.
+// Kept to state why those drivers are refused (LayoutFor); never issued.
+type nvos21Pre535 struct {
+	HRoot, HObjectParent, HObjectNew, HClass uint32
+	PAllocParms                              uint64
+	Status                                   uint32
+	_                                        uint32
+}
+
+// nvos64Pre535 is NVOS64_PARAMETERS before 535.43.02: 40 bytes, flags at
+// byte 32 and status at 36, allocated with reqRMAlloc64Pre535.
+type nvos64Pre535 struct {
+	HRoot, HObjectParent, HObjectNew, HClass uint32
+	PAllocParms, PRightsRequested            uint64
+	Flags, Status                            uint32
+}
+
+// reqRMAlloc64Pre535 is RM_ALLOC with a pre-535.43.02 NVOS64 block
+// (0xC028462B).
+const reqRMAlloc64Pre535 uint32 = iowr | 40<<iocSizeShift | uint32(EscRMAlloc)
+
 // NVOS54 is RM_CONTROL's parameter block (NVOS54_PARAMETERS).
 type NVOS54 struct {
 	HClient    uint32

@@ -43,6 +43,10 @@ var golden = []struct {
 	{"InterleaveParams", reflect.TypeFor[InterleaveParams](), 4, []field{{"Level", 0}}},
 	{"FIFODisableChannelsParams", reflect.TypeFor[FIFODisableChannelsParams](), 536, []field{{"BDisable", 0}, {"NumChannels", 4}, {"BOnlyDisableScheduling", 8}, {"BRewindGpPut", 9}, {"PRunlistPreemptEvent", 16}, {"HClientList", 24}, {"HChannelList", 280}}},
 	{"RunlistSchedPolicyParams", reflect.TypeFor[RunlistSchedPolicyParams](), 8, []field{{"Flags", 0}, {"SchedPolicy", 4}}},
+	// Drivers 525.x and 530.x (before 535.43.02), which LayoutFor refuses:
+	// no paramsSize. Recorded so that the refusal's reasons are checked.
+	{"nvos21Pre535", reflect.TypeFor[nvos21Pre535](), 32, []field{{"HRoot", 0}, {"HObjectParent", 4}, {"HObjectNew", 8}, {"HClass", 12}, {"PAllocParms", 16}, {"Status", 24}}},
+	{"nvos64Pre535", reflect.TypeFor[nvos64Pre535](), 40, []field{{"HRoot", 0}, {"HObjectParent", 4}, {"HObjectNew", 8}, {"HClass", 12}, {"PAllocParms", 16}, {"PRightsRequested", 24}, {"Flags", 32}, {"Status", 36}}},
 }
 
 // TestLayoutHost checks every struct's size and named offsets on the
@@ -157,6 +161,13 @@ func TestGoldenBytes(t *testing.T) {
 		{"TimesliceParams", TimesliceParams{1024}, "0004000000000000"},
 		{"PreemptParams", PreemptParams{BWait: 1, BManualTimeout: 1, TimeoutUs: 1_000_000}, "01010000 40420f00"},
 		{"InterleaveParams", InterleaveParams{uint32(InterleaveHigh)}, "02000000"},
+		// A pre-535 NVOS21 has its status where 535 has paramsSize, and
+		// padding where 535 has the status: read as a 535 block, a refused
+		// allocation (0x1F) would pass for NV_OK.
+		{"nvos21Pre535", nvos21Pre535{HRoot: 0xC1D00001, HObjectParent: 0x5C000001, HObjectNew: 0x5C000003, HClass: 0xA06C, PAllocParms: 0x1000, Status: 0x1F},
+			"0100d0c1 0100005c 0300005c 6ca00000 0010000000000000 1f000000 00000000"},
+		{"nvos64Pre535", nvos64Pre535{HRoot: 0xC1D00001, HObjectParent: 0x5C000001, HObjectNew: 0x5C000003, HClass: 0xA06C, PAllocParms: 0x1000, PRightsRequested: 0x2000, Flags: 3, Status: 0x56},
+			"0100d0c1 0100005c 0300005c 6ca00000 0010000000000000 0020000000000000 03000000 56000000"},
 	}
 	for _, tc := range tests {
 		var buf bytes.Buffer
@@ -197,6 +208,7 @@ func TestRequestNumbers(t *testing.T) {
 		{"RM_FREE", ReqRMFree, EscRMFree, unsafe.Sizeof(NVOS00{}), 0xC0104629, "294610c0"},
 		{"IOCTL_XFER_CMD", ReqXferCmd, EscIoctlXferCmd, unsafe.Sizeof(XferCmd{}), 0xC01046D3, "d34610c0"},
 		{"REGISTER_FD", ReqRegisterFD, EscRegisterFD, 4, 0xC00446C9, "c94604c0"},
+		{"RM_ALLOC NVOS64 before 535.43.02", reqRMAlloc64Pre535, EscRMAlloc, unsafe.Sizeof(nvos64Pre535{}), 0xC028462B, "2b4628c0"},
 	}
 	for _, tc := range tests {
 		r, err := Request(tc.esc, tc.size)

@@ -417,7 +417,7 @@ func mustLayout(t testing.TB, v string) Layout {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := LayoutFor(dv)
+	l, err := LayoutFor(dv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

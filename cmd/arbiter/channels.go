@@ -20,6 +20,8 @@ type channelsOptions struct {
 	pinPath  string
 	gpu      int
 	format   string
+	// allowUnverified accepts a driver newer than the newest verified.
+	allowUnverified bool
 
 	// Hidden: they point the commands at a stand-in control file in tests
 	// and let an operator override what is detected.
@@ -69,6 +71,8 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
 	p.StringVar(&o.controlRdev, "control-rdev", "195:255", "the control device's number (major:minor)")
 	p.IntVar(&o.acceptErrno, "accept-errno", 0, "treat ioctls failing with this errno as run by RM (stand-in control files only)")
 	p.StringVar(&o.driverVersion, "driver-version", "", "driver version whose layouts to use, instead of the loaded driver's")
+	p.BoolVar(&o.allowUnverified, "allow-unverified-driver", false,
+		fmt.Sprintf("accept a driver newer than %s, the newest whose layouts were checked, with that branch's layouts (at your own risk)", nvrm.NewestVerifiedDriver()))
 	for _, h := range []string{"control", "control-rdev", "accept-errno", "driver-version"} {
 		_ = p.MarkHidden(h)
 	}
@@ -123,14 +127,15 @@ func (o *channelsOptions) rdev() (nvrm.Rdev, error) {
 
 // layout returns the driver's parameter layouts.
 func (o *channelsOptions) layout() (nvrm.Layout, error) {
+	opts := &nvrm.LayoutOptions{AllowUnverified: o.allowUnverified}
 	if o.driverVersion != "" {
 		v, err := nvrm.ParseDriverVersion(o.driverVersion)
 		if err != nil {
 			return nvrm.Layout{}, fmt.Errorf("--driver-version: %w", err)
 		}
-		return nvrm.LayoutFor(v)
+		return nvrm.LayoutFor(v, opts)
 	}
-	return nvrm.DetectLayout("/")
+	return nvrm.DetectLayout("/", opts)
 }
 
 // keeperMode says how a command opens the keeper.
@@ -144,7 +149,8 @@ type keeperMode struct {
 }
 
 // keeper opens the registry keeper. It returns a warning where an
-// optional controller could not be set up.
+// optional controller could not be set up, or where the driver is newer
+// than the newest verified and --allow-unverified-driver accepted it.
 func (o *channelsOptions) keeper(m keeperMode) (*nvrm.Keeper, error, error) {
 	rdev, err := o.rdev()
 	if err != nil {
@@ -157,15 +163,27 @@ func (o *channelsOptions) keeper(m keeperMode) (*nvrm.Keeper, error, error) {
 		Unpin:    m.unpin,
 	}
 	var warn error
-	if m.control {
+	if m.control || m.trace != nvrm.TraceNever {
+		// The tracer decodes allocations with the same layouts as
+		// control issues them: a driver refused for one is refused for
+		// both.
 		l, err := o.layout()
 		switch {
-		case err != nil && m.optional:
-			warn = fmt.Errorf("channel control disabled: %w", err)
+		case errors.Is(err, nvrm.ErrUnsupportedDriver) || errors.Is(err, nvrm.ErrUnverifiedDriver):
+			return nil, nil, err
+		case err != nil && (m.optional || !m.control):
+			if m.control {
+				warn = fmt.Errorf("channel control disabled: %w", err)
+			}
 		case err != nil:
 			return nil, nil, err
 		default:
-			opts.Controller = nvrm.ControllerOptions{Layout: l, ControlRdev: rdev, AcceptErrno: syscall.Errno(o.acceptErrno)}
+			if l.Unverified {
+				warn = fmt.Errorf("driver %s is newer than %s, the newest whose layouts were checked: using that branch's layouts (--allow-unverified-driver)", l.Version, nvrm.NewestVerifiedDriver())
+			}
+			if m.control {
+				opts.Controller = nvrm.ControllerOptions{Layout: l, ControlRdev: rdev, AcceptErrno: syscall.Errno(o.acceptErrno)}
+			}
 		}
 	}
 	if m.trace != nvrm.TraceNever && o.pinPath != "" {
@@ -210,6 +228,8 @@ func explain(pid uint32, err error) error {
 		return fmt.Errorf("process %d exited: %w", pid, err)
 	case errors.Is(err, nvrm.ErrKeeperRunning):
 		return fmt.Errorf("%w\n  another arbiter keeps the registry and would lose track of what this command changed; control channels through it, or stop it first", err)
+	case errors.Is(err, nvrm.ErrUnverifiedDriver):
+		return fmt.Errorf("%w\n  to accept the risk, pass --allow-unverified-driver", err)
 	}
 	return err
 }

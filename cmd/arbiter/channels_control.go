@@ -24,9 +24,12 @@ func (o *channelsOptions) controlKeeper(stderr io.Writer) (*nvrm.Keeper, error) 
 	if err := o.requireCaps("controlling another process's channels", caps.SysPtrace, caps.BPF, caps.Perfmon); err != nil {
 		return nil, err
 	}
-	k, _, err := o.keeper(keeperMode{trace: nvrm.TraceIfPinned, control: true})
+	k, warn, err := o.keeper(keeperMode{trace: nvrm.TraceIfPinned, control: true})
 	if err != nil {
 		return nil, explain(0, err)
+	}
+	if warn != nil {
+		fmt.Fprintf(stderr, "warning: %v\n", warn)
 	}
 	if k.ResumeErr != nil {
 		fmt.Fprintf(stderr, "warning: resuming channel groups a previous run left suspended: %v\n", k.ResumeErr)

@@ -40,10 +40,13 @@ func runChannels(ctx context.Context, o *channelsOptions, args ...string) (strin
 func TestChannelsErrors(t *testing.T) {
 	dir := t.TempDir()
 	noCaps := func() (caps.Set, error) { return 0, nil }
+	all := func() (caps.Set, error) { return ^caps.Set(0), nil }
 	present := filepath.Join(dir, "nvidiactl")
 	if err := os.WriteFile(present, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A present control file, a state of its own and no tracer.
+	keep := []string{"--control", present, "--state-dir", filepath.Join(dir, "state"), "--pin-path", ""}
 	tests := []struct {
 		name string
 		o    channelsOptions
@@ -61,14 +64,27 @@ func TestChannelsErrors(t *testing.T) {
 		{"bad timeslice", channelsOptions{}, []string{"timeslice", "42", "5ms"}, `MICROSECONDS "5ms"`, 1},
 		{"bad level", channelsOptions{}, []string{"interleave", "42", "max"}, `interleave level "max"`, 1},
 		{"bad format", channelsOptions{}, []string{"list", "--format", "xml"}, `--format "xml"`, 1},
-		{"bad rdev", channelsOptions{haveCaps: func() (caps.Set, error) { return ^caps.Set(0), nil }}, []string{"list", "--control", present, "--control-rdev", "x"}, `--control-rdev "x"`, 1},
+		{"bad rdev", channelsOptions{haveCaps: all}, []string{"list", "--control", present, "--control-rdev", "x"}, `--control-rdev "x"`, 1},
+		{"driver 530", channelsOptions{haveCaps: all}, append([]string{"timeslice", "42", "100", "--driver-version", "530.41.03"}, keep...),
+			"driver 530.41.03: driver not supported: Arbiter needs 535.43.02 or later. Before 535.43.02 RM_ALLOC's blocks had no paramsSize: NVOS21's status is at byte 24", 1},
+		{"driver 525 watch", channelsOptions{haveCaps: all}, append([]string{"watch", "--driver-version", "525.147.05"}, keep...),
+			"driver 525.147.05: driver not supported", 1},
+		{"driver 600", channelsOptions{haveCaps: all}, append([]string{"suspend", "42", "--driver-version", "600.12"}, keep...),
+			"driver 600.12: driver version not verified: the newest driver checked is 595.45.04 (the 595 branch); refusing channel control", 1},
+		{"driver 600 hint", channelsOptions{haveCaps: all}, append([]string{"list", "--driver-version", "600.12"}, keep...),
+			"to accept the risk, pass --allow-unverified-driver", 1},
+		{"driver 600 allowed", channelsOptions{haveCaps: all}, append([]string{"suspend", "42", "--driver-version", "600.12", "--allow-unverified-driver"}, keep...),
+			"process 42 created its CUDA context while no Arbiter tracer ran", 1},
 	}
 	for _, tc := range tests {
 		o := tc.o
-		_, _, err := runChannels(context.Background(), &o, tc.args...)
+		_, errw, err := runChannels(context.Background(), &o, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 			continue
+		}
+		if strings.HasSuffix(tc.name, "allowed") && !strings.Contains(errw, "warning: driver 600.12 is newer than 595.45.04, the newest whose layouts were checked: using that branch's layouts (--allow-unverified-driver)") {
+			t.Errorf("%s: no warning: %q", tc.name, errw)
 		}
 		code := 1
 		var ec exitCoder
@@ -298,7 +314,7 @@ func TestChannelControllerAdapter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := nvrm.LayoutFor(nvrm.DriverVersion{Major: 570, Minor: 86, Patch: 15})
+	l, err := nvrm.LayoutFor(nvrm.DriverVersion{Major: 570, Minor: 86, Patch: 15}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
