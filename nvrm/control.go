@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-arbiter/arbiter/internal/caps"
 )
 
 // Errors of channel control, besides the driver's own statuses.
@@ -44,6 +46,8 @@ type Controller struct {
 	opts ControllerOptions
 	// sys issues ioctls; tests replace it to hold a call.
 	sys func(fd int, req uint32, arg unsafe.Pointer) syscall.Errno
+	// caps reads this process's effective capabilities; tests replace it.
+	caps func() (caps.Set, error)
 
 	mu sync.Mutex
 	// pidfds holds one pidfd per controlled process, opened once and
@@ -79,7 +83,7 @@ type ControllerOptions struct {
 
 // NewController returns a Controller acting on the processes of reg.
 func NewController(reg *Registry, opts *ControllerOptions) (*Controller, error) {
-	c := &Controller{reg: reg, pidfds: map[uint32]pidfdEntry{}, sys: sysIoctl}
+	c := &Controller{reg: reg, pidfds: map[uint32]pidfdEntry{}, sys: sysIoctl, caps: caps.Effective}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -139,10 +143,18 @@ func (c *Controller) Timeslice(pid uint32, gpu int) (map[uint32]uint64, error) {
 	return out, err
 }
 
-// SetInterleave sets the interleave level of all of pid's channel groups.
+// SetInterleave sets the interleave level of all of pid's channel groups
+// and records it in the registry, which is the only record of it: the
+// driver does not export GET_INTERLEAVE_LEVEL. The driver grants
+// SET_INTERLEAVE_LEVEL (RS_ACCESS_NICE) only to a caller with
+// CAP_SYS_ADMIN or CAP_SYS_NICE; without either, SetInterleave returns a
+// *caps.MissingError before issuing anything.
 func (c *Controller) SetInterleave(pid uint32, level InterleaveLevel) error {
 	if level > InterleaveHigh {
 		return fmt.Errorf("nvrm: interleave level %d: want 0 (low), 1 (medium) or 2 (high)", uint32(level))
+	}
+	if err := c.requireNice(); err != nil {
+		return err
 	}
 	groups, err := c.groups(pid, -1)
 	if err != nil {
@@ -150,12 +162,35 @@ func (c *Controller) SetInterleave(pid uint32, level InterleaveLevel) error {
 	}
 	return c.onGroups(pid, groups, func(f *rmFile, g Group) error {
 		p := InterleaveParams{Level: uint32(level)}
-		if err := f.control(g, CtrlSetInterleaveLevel, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p))); err != nil {
+		err := f.control(g, CtrlSetInterleaveLevel, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p)))
+		switch {
+		case errors.Is(err, ErrInsufficientPermissions):
+			return fmt.Errorf("%w (the driver grants it to a caller with CAP_SYS_NICE or CAP_SYS_ADMIN)", err)
+		case errors.Is(err, ErrNotSupported):
+			return fmt.Errorf("%w (on a GSP GPU, the firmware's refusal of the level)", err)
+		case err != nil:
 			return err
 		}
 		c.reg.setGroup(pid, g, func(o *object) { o.Interleave = int32(level) })
 		return nil
 	})
+}
+
+// requireNice checks that this process holds what the driver's
+// RS_ACCESS_NICE needs: CAP_SYS_NICE or CAP_SYS_ADMIN, in the calling
+// process (not the target's). Without, the driver refuses each group with
+// NV_ERR_INSUFFICIENT_PERMISSIONS, or NOT_SUPPORTED on a GSP GPU.
+func (c *Controller) requireNice() error {
+	have, err := c.caps()
+	if err != nil {
+		return fmt.Errorf("nvrm: interleave level: %w", err)
+	}
+	err = caps.Check(have, "setting a channel group's interleave level (SET_INTERLEAVE_LEVEL)", caps.SysNice)
+	var me *caps.MissingError
+	if errors.As(err, &me) {
+		me.Hint = "or grant CAP_SYS_ADMIN, which the driver accepts as well"
+	}
+	return err
 }
 
 // Suspend takes pid's channel groups on GPU gpu (every GPU where gpu < 0)

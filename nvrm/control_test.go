@@ -1,8 +1,10 @@
 package nvrm
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -171,5 +174,121 @@ func TestControlStatus(t *testing.T) {
 		if err := f.schedule(Group{}, false, size); err != nil || seen.ParamsSize != size || seen.Cmd != uint32(CtrlGPFIFOSchedule) {
 			t.Fatalf("schedule size %d: %+v, %v", size, seen, err)
 		}
+	}
+}
+
+// selfWithGroups registers the test process as a traced process with two
+// channel groups on GPU 0, on a /dev/null descriptor standing in for its
+// control file, and returns a controller that accepts /dev/null (1:3).
+func selfWithGroups(t *testing.T, opts ControllerOptions) (*Controller, uint32) {
+	t.Helper()
+	self := uint32(os.Getpid())
+	nullFD, err := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(nullFD) })
+	reg := newTestRegistry(t, "", nil)
+	reg.opts.StartTime = procStartTime
+	applyAll(reg, []trace.Event{
+		evAlloc(self, int32(nullFD), 1, 0, 1, ClassRootClient, 0, 0),
+		evAlloc(self, int32(nullFD), 1, 1, 2, ClassDevice, 0, 0),
+		evAlloc(self, int32(nullFD), 1, 2, 5, ClassSubdevice, 0, 0),
+		evAlloc(self, int32(nullFD), 1, 2, 3, ClassChannelGroup, EngineGraphics, 0),
+		evAlloc(self, int32(nullFD), 1, 3, 0x30, ClassHopperGPFIFO, 0, 0),
+		evAlloc(self, int32(nullFD), 1, 2, 4, ClassChannelGroup, EngineCopy0, 0),
+		evAlloc(self, int32(nullFD), 1, 4, 0x40, ClassHopperGPFIFO, 0, 0),
+	})
+	if opts.Layout.ScheduleSize == 0 {
+		opts.Layout = mustLayout(t, "570.86.15")
+	}
+	opts.ControlRdev = MkRdev(1, 3)
+	c, err := NewController(reg, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, self
+}
+
+// sentCall is one control as the driver would have received it.
+type sentCall struct {
+	NVOS54
+	params []byte
+}
+
+// recordCalls makes c's ioctls record each control and answer it with
+// status(call) written back, as the driver would.
+func recordCalls(c *Controller, status func(*NVOS54) Status) *[]sentCall {
+	var calls []sentCall
+	c.sys = func(_ int, req uint32, arg unsafe.Pointer) syscall.Errno {
+		if req != ReqRMControl {
+			return syscall.EINVAL
+		}
+		p := (*NVOS54)(arg)
+		params := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p.Params))), p.ParamsSize)
+		calls = append(calls, sentCall{*p, bytes.Clone(params)})
+		if status != nil {
+			p.Status = uint32(status(p))
+		}
+		return 0
+	}
+	return &calls
+}
+
+// TestSetInterleaveNeedsNice checks that SetInterleave refuses up front,
+// issuing nothing, without CAP_SYS_NICE or CAP_SYS_ADMIN, and goes ahead
+// with either; and that the driver's own refusal says what it needs.
+func TestSetInterleaveNeedsNice(t *testing.T) {
+	c, self := selfWithGroups(t, ControllerOptions{})
+	calls := recordCalls(c, nil)
+	for _, tc := range []struct {
+		name string
+		have caps.Set
+		ok   bool
+	}{
+		{"none", 1 << caps.SysPtrace, false},
+		{"bpf and perfmon", 1<<caps.BPF | 1<<caps.Perfmon | 1<<caps.SysPtrace, false},
+		{"sys_nice", 1 << caps.SysNice, true},
+		{"sys_admin", 1 << caps.SysAdmin, true},
+	} {
+		*calls = nil
+		c.caps = func() (caps.Set, error) { return tc.have, nil }
+		err := c.SetInterleave(self, InterleaveHigh)
+		if tc.ok {
+			if err != nil || len(*calls) != 2 || (*calls)[0].Cmd != uint32(CtrlSetInterleaveLevel) {
+				t.Errorf("%s: %v, %d calls", tc.name, err, len(*calls))
+			}
+			continue
+		}
+		var me *caps.MissingError
+		if !errors.As(err, &me) || len(me.Caps) != 1 || me.Caps[0] != caps.SysNice || me.ExitCode() != 77 {
+			t.Fatalf("%s: %v, want a *caps.MissingError naming CAP_SYS_NICE", tc.name, err)
+		}
+		if !strings.HasPrefix(err.Error(), "setting a channel group's interleave level (SET_INTERLEAVE_LEVEL) needs CAP_SYS_NICE, which this process lacks") ||
+			!strings.HasSuffix(err.Error(), "or grant CAP_SYS_ADMIN, which the driver accepts as well") {
+			t.Errorf("%s: message %q", tc.name, err)
+		}
+		if len(*calls) != 0 {
+			t.Errorf("%s: %d calls issued without the capability", tc.name, len(*calls))
+		}
+	}
+	// The registry keeps the level set: it is the only record of it.
+	g, _ := c.reg.Groups(self, 0)
+	if g[0].Interleave != int32(InterleaveHigh) || g[1].Interleave != int32(InterleaveHigh) {
+		t.Errorf("recorded levels: %d, %d", g[0].Interleave, g[1].Interleave)
+	}
+	// The driver refusing anyway (another check, or the firmware).
+	c.caps = func() (caps.Set, error) { return 1 << caps.SysNice, nil }
+	recordCalls(c, func(*NVOS54) Status { return StatusInsufficientPermissions })
+	if err := c.SetInterleave(self, InterleaveLow); !errors.Is(err, ErrInsufficientPermissions) || !strings.Contains(err.Error(), "grants it to a caller with CAP_SYS_NICE or CAP_SYS_ADMIN") {
+		t.Errorf("refused: %v", err)
+	}
+	recordCalls(c, func(*NVOS54) Status { return StatusNotSupported })
+	if err := c.SetInterleave(self, InterleaveLow); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "GSP") {
+		t.Errorf("GSP refusal: %v", err)
+	}
+	if g, _ := c.reg.Groups(self, 0); g[0].Interleave != int32(InterleaveHigh) {
+		t.Errorf("a refused level was recorded: %d", g[0].Interleave)
 	}
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,12 +18,18 @@ import (
 )
 
 // controlKeeper opens the keeper for a control command: the driver, the
-// privileges, the registry (draining a pinned tracer) and the controller.
-func (o *channelsOptions) controlKeeper(stderr io.Writer) (*nvrm.Keeper, error) {
+// privileges (those every control needs, and extra), the registry
+// (draining a pinned tracer) and the controller.
+func (o *channelsOptions) controlKeeper(stderr io.Writer, what string, extra ...caps.Cap) (*nvrm.Keeper, error) {
 	if err := o.checkDriver(); err != nil {
 		return nil, err
 	}
-	if err := o.requireCaps("controlling another process's channels", caps.SysPtrace, caps.BPF, caps.Perfmon); err != nil {
+	want := append([]caps.Cap{caps.SysPtrace, caps.BPF, caps.Perfmon}, extra...)
+	if err := o.requireCaps(what, want...); err != nil {
+		var me *caps.MissingError
+		if errors.As(err, &me) && slices.Contains(me.Caps, caps.SysNice) {
+			me.Hint = "or grant CAP_SYS_ADMIN in place of CAP_SYS_NICE: the driver accepts either"
+		}
 		return nil, err
 	}
 	k, warn, err := o.keeper(keeperMode{trace: nvrm.TraceIfPinned, control: true})
@@ -58,7 +66,7 @@ after it, a one-shot command cannot.`,
 			if err != nil || us == 0 {
 				return fmt.Errorf("MICROSECONDS %q: want a positive integer", args[1])
 			}
-			k, err := o.controlKeeper(cmd.ErrOrStderr())
+			k, err := o.controlKeeper(cmd.ErrOrStderr(), "controlling another process's channels")
 			if err != nil {
 				return err
 			}
@@ -93,7 +101,10 @@ func newChannelsInterleaveCmd(o *channelsOptions) *cobra.Command {
 		Short: "Set a process's channel-group interleave level",
 		Long: `Interleave sets the interleave level of all the process's channel groups
 (SET_INTERLEAVE_LEVEL): their share of runlist slots, which matters under the
-CHANNEL_INTERLEAVED runlist policy. The driver's default is medium.`,
+CHANNEL_INTERLEAVED runlist policy. The driver's default is medium. The
+driver allows it only to a caller holding CAP_SYS_NICE or CAP_SYS_ADMIN.
+The driver cannot read the level back: Arbiter's own record of it is
+what "channels list" knows.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pid, err := parsePID(args[0])
@@ -104,7 +115,9 @@ CHANNEL_INTERLEAVED runlist policy. The driver's default is medium.`,
 			if err != nil {
 				return err
 			}
-			k, err := o.controlKeeper(cmd.ErrOrStderr())
+			// The driver's RS_ACCESS_NICE: CAP_SYS_NICE, or CAP_SYS_ADMIN
+			// (which caps counts as covering it).
+			k, err := o.controlKeeper(cmd.ErrOrStderr(), "setting another process's interleave level", caps.SysNice)
 			if err != nil {
 				return err
 			}
@@ -136,7 +149,7 @@ next arbiter command or daemon start resumes the process.`,
 			if err != nil {
 				return err
 			}
-			k, err := o.controlKeeper(cmd.ErrOrStderr())
+			k, err := o.controlKeeper(cmd.ErrOrStderr(), "controlling another process's channels")
 			if err != nil {
 				return err
 			}
@@ -188,7 +201,7 @@ starts; resume is for doing so explicitly.`,
 			if err != nil {
 				return err
 			}
-			k, err := o.controlKeeper(cmd.ErrOrStderr())
+			k, err := o.controlKeeper(cmd.ErrOrStderr(), "controlling another process's channels")
 			if err != nil {
 				return err
 			}

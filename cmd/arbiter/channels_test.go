@@ -334,3 +334,68 @@ func TestChannelControllerAdapter(t *testing.T) {
 		}
 	}
 }
+
+// TestChannelsInterleaveCapabilities runs `arbiter channels interleave` as
+// root with capabilities dropped by setpriv: without CAP_SYS_NICE and
+// CAP_SYS_ADMIN it refuses up front (exit status 77) naming what it needs;
+// with either one it sets the level on the stand-in process.
+func TestChannelsInterleaveCapabilities(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, "needs root to drop capabilities with setpriv")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		testenv.Skip(t, "setpriv (util-linux) not installed")
+	}
+	dir := t.TempDir()
+	bin, err := rmstandin.Build(dir)
+	if err != nil {
+		testenv.Skip(t, "cannot build the stand-in: %v", err)
+	}
+	ctl, err := rmstandin.MakeControlFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, pid := startStandinProcess(t, bin, ctl)
+	// The handles a tracer would have saved: no tracer runs here.
+	state := filepath.Join(dir, "state")
+	reg, err := nvrm.NewRegistry(&nvrm.RegistryOptions{StatePath: filepath.Join(state, "state.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rm := range []trace.RM{
+		{FD: sp.fd, Client: rmstandin.Client, Object: rmstandin.Client, Class: uint32(nvrm.ClassRootClient)},
+		{FD: sp.fd, Client: rmstandin.Client, Parent: rmstandin.Client, Object: rmstandin.Device0, Class: uint32(nvrm.ClassDevice)},
+		{FD: sp.fd, Client: rmstandin.Client, Parent: rmstandin.Device0, Object: rmstandin.GroupGR, Class: uint32(nvrm.ClassChannelGroup), EngineType: 1},
+	} {
+		reg.Apply(&trace.Event{Kind: trace.KindRMAlloc, PID: pid, RM: rm})
+	}
+	if err := reg.Save(); err != nil {
+		t.Fatal(err)
+	}
+	run := func(drop string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(setpriv, "--bounding-set="+drop, "--inh-caps="+drop, os.Args[0],
+			"channels", "interleave", fmt.Sprint(pid), "high", "--control", ctl, "--control-rdev", "1:7", "--accept-errno", "25",
+			"--driver-version", "575.51.03", "--state-dir", state, "--pin-path", "")
+		cmd.Env = append(os.Environ(), "ARBITER_TEST_MAIN=1")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	out, code := run("-sys_nice,-sys_admin")
+	if code != 77 || !strings.Contains(out, "arbiter: setting another process's interleave level needs CAP_SYS_NICE, which this process lacks: run it as root (sudo), or grant the capabilities (setcap cap_sys_nice+ep ") ||
+		!strings.Contains(out, "or grant CAP_SYS_ADMIN in place of CAP_SYS_NICE: the driver accepts either") {
+		t.Fatalf("without CAP_SYS_NICE and CAP_SYS_ADMIN: exit %d\n%s", code, out)
+	}
+	for _, drop := range []string{"-sys_admin", "-sys_nice"} {
+		if out, code := run(drop); code != 0 || !strings.Contains(out, fmt.Sprintf("process %d: interleave level high", pid)) {
+			t.Errorf("dropping %s: exit %d\n%s", drop, code, out)
+		}
+	}
+}

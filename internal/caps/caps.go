@@ -20,6 +20,7 @@ type Cap uint
 const (
 	SysPtrace Cap = 19 // CAP_SYS_PTRACE: pidfd_getfd of another user's process
 	SysAdmin  Cap = 21 // CAP_SYS_ADMIN: eBPF on kernels before 5.8
+	SysNice   Cap = 23 // CAP_SYS_NICE: the driver's RS_ACCESS_NICE (interleave levels)
 	Perfmon   Cap = 38 // CAP_PERFMON: attaching uprobes and tracepoints
 	BPF       Cap = 39 // CAP_BPF: loading programs and maps
 )
@@ -31,6 +32,8 @@ func (c Cap) String() string {
 		return "CAP_SYS_PTRACE"
 	case SysAdmin:
 		return "CAP_SYS_ADMIN"
+	case SysNice:
+		return "CAP_SYS_NICE"
 	case Perfmon:
 		return "CAP_PERFMON"
 	case BPF:
@@ -76,14 +79,16 @@ func effectiveFrom(path string) (Set, error) {
 }
 
 // Missing returns the capabilities of want that the process lacks. CAP_BPF
-// and CAP_PERFMON are each satisfied by CAP_SYS_ADMIN, as the kernel allows.
+// and CAP_PERFMON are each satisfied by CAP_SYS_ADMIN, as the kernel allows,
+// and so is CAP_SYS_NICE, as the NVIDIA driver's RS_ACCESS_NICE check
+// allows.
 func Missing(have Set, want ...Cap) []Cap {
 	var out []Cap
 	for _, c := range want {
 		if have.Has(c) {
 			continue
 		}
-		if (c == BPF || c == Perfmon) && have.Has(SysAdmin) {
+		if (c == BPF || c == Perfmon || c == SysNice) && have.Has(SysAdmin) {
 			continue
 		}
 		out = append(out, c)

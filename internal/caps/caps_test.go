@@ -46,6 +46,12 @@ func TestMissing(t *testing.T) {
 	if m := Missing(1<<SysAdmin, BPF, Perfmon); len(m) != 0 {
 		t.Errorf("CAP_SYS_ADMIN should cover CAP_BPF and CAP_PERFMON, missing %v", m)
 	}
+	if m := Missing(1<<SysAdmin, SysNice); len(m) != 0 {
+		t.Errorf("CAP_SYS_ADMIN should cover CAP_SYS_NICE, missing %v", m)
+	}
+	if m := Missing(1<<SysNice|1<<BPF, SysNice, Perfmon); len(m) != 1 || m[0] != Perfmon || SysNice.String() != "CAP_SYS_NICE" {
+		t.Errorf("Missing = %v, want [CAP_PERFMON]", m)
+	}
 	m := Missing(1<<BPF, BPF, Perfmon, SysPtrace)
 	if len(m) != 2 || m[0] != Perfmon || m[1] != SysPtrace {
 		t.Errorf("Missing = %v, want [CAP_PERFMON CAP_SYS_PTRACE]", m)
