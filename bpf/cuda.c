@@ -179,6 +179,18 @@ struct {
 	__type(value, struct sync_entry);
 } sync_entries SEC(".maps");
 
+// traced_tgid is traced for a probe that needs no cgroup id of its own:
+// the id is fetched only when the process is not listed by tgid.
+static __always_inline int traced_tgid(__u32 tgid)
+{
+	if (filter_mode == FILTER_ALL)
+		return 1;
+	if (bpf_map_lookup_elem(&filter_tgids, &tgid))
+		return 1;
+	__u64 cgroup = bpf_get_current_cgroup_id();
+	return bpf_map_lookup_elem(&filter_cgroups, &cgroup) != 0;
+}
+
 static __always_inline int traced(__u32 tgid, __u64 cgroup)
 {
 	if (filter_mode == FILTER_ALL)
@@ -332,7 +344,7 @@ PROGRAMS("uprobe", uprobe_args)
 static __always_inline int uprobe_sync_body(struct regs *r)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!traced(pid_tgid >> 32, bpf_get_current_cgroup_id()))
+	if (!traced_tgid(pid_tgid >> 32))
 		return 0;
 	// The time first: a thread's first sync allocates its slot.
 	__u64 time = bpf_ktime_get_ns();
