@@ -36,6 +36,39 @@ type Source struct {
 	Modules map[string]*ast.Module
 	// Data is the merged content of every data.json and data.yaml.
 	Data map[string]any
+	// Library says where package arbiter.lib comes from.
+	Library LibraryOrigin
+}
+
+// LibraryOrigin says where a policy's helper library (package arbiter.lib)
+// comes from.
+type LibraryOrigin string
+
+// The origins of a policy's helper library.
+const (
+	// LibraryEmbedded: the loader added the embedded library (or
+	// Options.Library); its modules are named "<arbiter>/lib/...".
+	LibraryEmbedded LibraryOrigin = "embedded"
+	// LibraryOwn: the policy's own files define package arbiter.lib.
+	LibraryOwn LibraryOrigin = "own"
+	// LibraryNone: no library (Options.NoLibrary).
+	LibraryNone LibraryOrigin = "none"
+)
+
+// embeddedPrefix starts the names of the modules the loader adds.
+const embeddedPrefix = "<arbiter>/"
+
+// Files returns the names of the policy's own Rego files, tests included
+// and the added library excluded, sorted.
+func (s *Source) Files() []string {
+	files := make([]string, 0, len(s.Modules))
+	for f := range s.Modules {
+		if !strings.HasPrefix(f, embeddedPrefix) {
+			files = append(files, f)
+		}
+	}
+	sort.Strings(files)
+	return files
 }
 
 // Size limits applied when reading a policy unless Options says otherwise.
@@ -222,10 +255,16 @@ func parseFiles(name string, files map[string][]byte, revision string, o Options
 	if src.Revision == "" {
 		src.Revision = sum
 	}
-	if !o.NoLibrary && !definesPackage(src.Modules, libPackage) {
+	switch {
+	case definesPackage(src.Modules, libPackage):
+		src.Library = LibraryOwn
+	case o.NoLibrary:
+		src.Library = LibraryNone
+	default:
 		if err := addLibrary(src, o.Library); err != nil {
 			return nil, err
 		}
+		src.Library = LibraryEmbedded
 	}
 	return src, nil
 }
@@ -269,7 +308,7 @@ func addLibrary(src *Source, lib fs.FS) error {
 		if err != nil {
 			return err
 		}
-		file := "<arbiter>/lib/" + p
+		file := embeddedPrefix + "lib/" + p
 		m, err := parseModule(file, b)
 		if err != nil {
 			return fmt.Errorf("helper library: %w", err)

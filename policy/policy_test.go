@@ -250,6 +250,9 @@ func TestDataFiles(t *testing.T) {
 	if err != nil || d.Class != "latency-critical" {
 		t.Fatalf("%+v %v", d, err)
 	}
+	if files := p.Source().Files(); len(files) != 1 || files[0] != filepath.Join(dir, "p.rego") || p.Source().Library != LibraryEmbedded {
+		t.Fatalf("files %v, library %q: want the policy's one file, and the embedded library apart", files, p.Source().Library)
+	}
 	if got := p.Source().Data["teams"]; !equalJSON(t, got, map[string]any{"serving": map[string]any{"quota": 0.5}}) {
 		t.Fatalf("teams data %v", got)
 	}

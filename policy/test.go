@@ -126,7 +126,7 @@ func coverage(cov *cover.Cover, src *Source) (float64, []string) {
 	covered, total := 0, 0
 	var missing []string
 	for file, fr := range report.Files {
-		if strings.HasSuffix(file, "_test.rego") || strings.HasPrefix(file, "<arbiter>/") {
+		if strings.HasSuffix(file, "_test.rego") || strings.HasPrefix(file, embeddedPrefix) {
 			continue
 		}
 		for _, rng := range fr.Covered {

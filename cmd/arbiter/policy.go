@@ -152,7 +152,8 @@ type policyCheckResult struct {
 	Path          string              `json:"path"`
 	OK            bool                `json:"ok"`
 	Revision      string              `json:"revision,omitempty"`
-	Modules       int                 `json:"modules,omitempty"`
+	Files         []string            `json:"files,omitempty"`   // the policy's own Rego files
+	Library       string              `json:"library,omitempty"` // where arbiter.lib comes from: embedded, own or none
 	Default       *policy.Decision    `json:"default_decision,omitempty"`
 	Victims       bool                `json:"victims,omitempty"`
 	Evaluator     string              `json:"evaluator,omitempty"`
@@ -166,7 +167,8 @@ func policyCheck(ctx context.Context, path string, opts *policy.Options) policyC
 	res := policyCheckResult{Path: path, OK: err == nil, Errors: policy.Diagnostics(err)}
 	if p != nil {
 		d := p.Default()
-		res.Revision, res.Modules, res.Default, res.Victims = p.Revision(), len(p.Source().Modules), &d, p.HasVictims()
+		res.Revision, res.Default, res.Victims = p.Revision(), &d, p.HasVictims()
+		res.Files, res.Library = p.Source().Files(), string(p.Source().Library)
 		res.Evaluator, res.EvaluatorNote = policyEvaluator(p)
 	}
 	return res
@@ -191,8 +193,40 @@ func (r *policyCheckResult) writeHuman(out io.Writer) error {
 	if r.Evaluator != string(policy.EvaluatorPlan) {
 		evaluated = "evaluated by topdown: " + r.EvaluatorNote
 	}
-	_, err := fmt.Fprintf(out, "ok: %s revision %s, %d modules, default class %q, %s, %s\n", r.Path, r.Revision, r.Modules, r.Default.Class, victims, evaluated)
+	_, err := fmt.Fprintf(out, "ok: %s revision %s, %s, default class %q, %s, %s\n", r.Path, r.Revision, r.filesText(), r.Default.Class, victims, evaluated)
 	return err
+}
+
+// filesText counts the policy's own files and names its library apart:
+// "2 files (1 test) + the embedded library arbiter.lib".
+func (r *policyCheckResult) filesText() string {
+	tests := 0
+	for _, f := range r.Files {
+		if strings.HasSuffix(f, "_test.rego") {
+			tests++
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d file", len(r.Files))
+	if len(r.Files) != 1 {
+		b.WriteString("s")
+	}
+	switch tests {
+	case 0:
+	case 1:
+		b.WriteString(" (1 test)")
+	default:
+		fmt.Fprintf(&b, " (%d tests)", tests)
+	}
+	switch policy.LibraryOrigin(r.Library) {
+	case policy.LibraryEmbedded:
+		b.WriteString(" + the embedded library arbiter.lib")
+	case policy.LibraryOwn:
+		b.WriteString(", with its own arbiter.lib")
+	case policy.LibraryNone:
+		b.WriteString(", no helper library")
+	}
+	return b.String()
 }
 
 // newPolicyTestCmd is `arbiter policy test`, like `opa test`.

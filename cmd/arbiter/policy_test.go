@@ -103,7 +103,7 @@ func TestPolicyTestFailures(t *testing.T) {
 
 func TestPolicyCheck(t *testing.T) {
 	out, code := runPolicy(t, "", "check", "../../rego/default")
-	if code != 0 || !strings.HasPrefix(out, "ok: ../../rego/default revision ") || !strings.Contains(out, `default class "best-effort", victims rule, evaluated by its compiled plan`) {
+	if code != 0 || !strings.HasPrefix(out, "ok: ../../rego/default revision ") || !strings.Contains(out, `, 2 files (1 test) + the embedded library arbiter.lib, default class "best-effort", victims rule, evaluated by its compiled plan`) {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
 	out, code = runPolicy(t, "", "check", "--evaluator", "topdown", "../../rego/default")
@@ -112,6 +112,23 @@ func TestPolicyCheck(t *testing.T) {
 	}
 	if out, code := runPolicy(t, "", "check", "--evaluator", "wasm", "../../rego/default"); code != 2 || !strings.Contains(out, "auto, plan or topdown") {
 		t.Fatalf("--evaluator wasm: exit %d\n%s", code, out)
+	}
+	// One file is one file: the embedded library is named, not counted.
+	one := policyDir(t, map[string]string{"p.rego": policyHeader + "classify := default_decision\n"})
+	if out, code := runPolicy(t, "", "check", one); code != 0 || !strings.Contains(out, " revision ") || !strings.Contains(out, ", 1 file + the embedded library arbiter.lib, default class") {
+		t.Fatalf("one file: exit %d\n%s", code, out)
+	}
+	own := policyDir(t, map[string]string{"p.rego": policyHeader + "import data.arbiter.lib\n\nclassify := lib.d\n", "lib.rego": "package arbiter.lib\n\nd := {\"class\": \"x\"}\n"})
+	out, code = runPolicy(t, "", "check", "--format", "json", own)
+	var files struct {
+		Files   []string
+		Library string
+	}
+	if code != 0 || json.Unmarshal(jsonPart(out), &files) != nil || len(files.Files) != 2 || files.Files[0] != filepath.Join(own, "lib.rego") || files.Library != "own" {
+		t.Fatalf("own library: exit %d %+v\n%s", code, files, out)
+	}
+	if out, code := runPolicy(t, "", "check", own); code != 0 || !strings.Contains(out, ", 2 files, with its own arbiter.lib, default class") {
+		t.Fatalf("own library: exit %d\n%s", code, out)
 	}
 	walk := policyDir(t, map[string]string{"p.rego": policyHeader + "classify := default_decision if {\n\twalk(input.process, [_, v])\n\tv == \"x\"\n}\n"})
 	if out, code := runPolicy(t, "", "check", "--format", "json", walk); code != 0 || !strings.Contains(out, `"evaluator": "topdown"`) || !strings.Contains(out, "walk") {
