@@ -255,7 +255,10 @@ type Control uint32
 
 // Channel-group (KEPLER_CHANNEL_GROUP_A) controls, issued with
 // NVOS54.HObject = the TSG, and the subdevice controls of the alternative
-// path.
+// path. GET_INTERLEAVE_LEVEL is in the headers, but no driver's
+// KernelChannelGroupApi exports it (tags 525 to 595): the driver answers
+// NV_ERR_NOT_SUPPORTED, so Arbiter never issues it and keeps the level it
+// set in the registry instead.
 const (
 	CtrlGPFIFOSchedule        Control = 0xA06C0101
 	CtrlSetTimeslice          Control = 0xA06C0103
@@ -263,7 +266,7 @@ const (
 	CtrlPreempt               Control = 0xA06C0105
 	CtrlGetInfo               Control = 0xA06C0106
 	CtrlSetInterleaveLevel    Control = 0xA06C0107
-	CtrlGetInterleaveLevel    Control = 0xA06C0108
+	CtrlGetInterleaveLevel    Control = 0xA06C0108 // not exported: never issued
 	CtrlFIFODisableChannels   Control = 0x2080110B
 	CtrlRunlistSetSchedPolicy Control = 0x20801115
 )
@@ -308,7 +311,8 @@ type TimesliceParams struct {
 }
 
 // PreemptParams is PREEMPT's parameters. TimeoutUs applies with
-// BManualTimeout and may not exceed MaxPreemptTimeoutUs.
+// BManualTimeout and may not exceed MaxPreemptTimeoutUs; without
+// BManualTimeout the firmware's own default timeout applies.
 type PreemptParams struct {
 	BWait          uint8
 	BManualTimeout uint8
@@ -324,7 +328,7 @@ type GetInfoParams struct {
 	TSGID uint32
 }
 
-// InterleaveParams is SET_ and GET_INTERLEAVE_LEVEL's parameter.
+// InterleaveParams is SET_INTERLEAVE_LEVEL's parameter.
 type InterleaveParams struct {
 	Level uint32
 }

@@ -34,9 +34,15 @@ var (
 
 // DefaultCallTimeout bounds one driver call. RM controls on a GSP GPU are
 // a synchronous RPC that takes well under a millisecond; PREEMPT with
-// bWait waits for the context switch, which the driver itself bounds at
-// one second (MaxPreemptTimeoutUs).
+// bWait waits for the context switch, up to the timeout Arbiter sends with
+// it (DefaultPreemptTimeout), which this bound must exceed.
 const DefaultCallTimeout = 2 * time.Second
+
+// DefaultPreemptTimeout is the timeout sent with each PREEMPT
+// (bManualTimeout), the largest the driver accepts. Without one the
+// firmware's own default applies and the driver's CPU side waits up to 1.5
+// times RM's default timeout: 6 s in graphics mode, 45 s in compute mode.
+const DefaultPreemptTimeout = MaxPreemptTimeoutUs * time.Microsecond
 
 // Controller issues channel-group controls on other processes' RM objects,
 // through each process's own control file. Its methods are safe for
@@ -72,8 +78,13 @@ type ControllerOptions struct {
 	// Timeout bounds each driver call (zero: DefaultCallTimeout). The
 	// ioctl cannot be cancelled: past the timeout the operation returns
 	// ErrCallTimeout, issues no further call, and closes the duplicated
-	// descriptor when the driver returns.
+	// descriptor when the driver returns. It must exceed PreemptTimeout.
 	Timeout time.Duration
+	// PreemptTimeout is the timeout sent with each PREEMPT, which the
+	// driver waits for at most (zero: DefaultPreemptTimeout, or half of
+	// Timeout where that is less). It may not exceed MaxPreemptTimeoutUs
+	// and must be below Timeout.
+	PreemptTimeout time.Duration
 	// AcceptErrno, where set, treats an ioctl failing with that errno as
 	// one RM ran, and reads the status from the parameter block. It
 	// exists for a stand-in control file, where no driver answers
@@ -95,6 +106,17 @@ func NewController(reg *Registry, opts *ControllerOptions) (*Controller, error) 
 	}
 	if c.opts.Timeout <= 0 {
 		c.opts.Timeout = DefaultCallTimeout
+	}
+	if c.opts.PreemptTimeout <= 0 {
+		c.opts.PreemptTimeout = min(DefaultPreemptTimeout, c.opts.Timeout/2)
+	}
+	switch {
+	case c.opts.PreemptTimeout > MaxPreemptTimeoutUs*time.Microsecond:
+		return nil, fmt.Errorf("nvrm: controller: PREEMPT timeout %v exceeds the driver's limit of %v", c.opts.PreemptTimeout, MaxPreemptTimeoutUs*time.Microsecond)
+	case c.opts.PreemptTimeout < time.Microsecond:
+		return nil, fmt.Errorf("nvrm: controller: PREEMPT timeout %v is below the driver's unit of 1µs", c.opts.PreemptTimeout)
+	case c.opts.Timeout <= c.opts.PreemptTimeout:
+		return nil, fmt.Errorf("nvrm: controller: call timeout %v must exceed the PREEMPT timeout %v, which a PREEMPT may take", c.opts.Timeout, c.opts.PreemptTimeout)
 	}
 	return c, nil
 }
@@ -212,8 +234,7 @@ func (c *Controller) Suspend(pid uint32, gpu int) error {
 			return err
 		}
 		c.reg.setGroup(pid, g, func(o *object) { o.Disabled = true })
-		p := PreemptParams{BWait: 1}
-		return f.control(g, CtrlPreempt, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p)))
+		return f.preempt(g)
 	})
 	if errors.Is(err, ErrProcessExited) {
 		c.reg.Forget(pid)
@@ -409,6 +430,8 @@ type rmFile struct {
 	sys func(fd int, req uint32, arg unsafe.Pointer) syscall.Errno
 	// watch, where set, tells the waiting caller about calls in flight.
 	watch *callWatch
+	// preemptUs is the timeout sent with PREEMPT.
+	preemptUs uint32
 }
 
 // open duplicates descriptor fd of process pid (started at start), through
@@ -441,7 +464,7 @@ func (c *Controller) open(pid uint32, start uint64, fd int32) (*rmFile, error) {
 		unix.Close(dup)
 		return nil, fmt.Errorf("nvrm: process %d descriptor %d is %s, want char %s: %w", pid, fd, got, c.opts.ControlRdev, ErrNotControlFile)
 	}
-	return &rmFile{fd: dup, accept: c.opts.AcceptErrno, sys: c.sys}, nil
+	return &rmFile{fd: dup, accept: c.opts.AcceptErrno, sys: c.sys, preemptUs: uint32(c.opts.PreemptTimeout / time.Microsecond)}, nil
 }
 
 // pidfd returns the cached pidfd of pid, opening and checking it first.
@@ -496,8 +519,12 @@ func (c *Controller) Close() error {
 func (f *rmFile) close() { unix.Close(f.fd) }
 
 // control issues RM_CONTROL cmd on group g with params of size bytes and
-// returns the driver's status as an error.
+// returns the driver's status as an error. It never issues
+// GET_INTERLEAVE_LEVEL, which no driver exports.
 func (f *rmFile) control(g Group, cmd Control, params unsafe.Pointer, size uint32) error {
+	if cmd == CtrlGetInterleaveLevel {
+		return fmt.Errorf("%s: %w: no driver exports it; the registry records the level set", cmd, ErrNotSupported)
+	}
 	req := &NVOS54{HClient: g.Client, HObject: g.Handle, Cmd: uint32(cmd), Params: uint64(uintptr(params)), ParamsSize: size}
 	if err := f.ioctl(ReqRMControl, unsafe.Pointer(req), params); err != nil {
 		return fmt.Errorf("%s: %w", cmd, err)
@@ -511,6 +538,13 @@ func (f *rmFile) control(g Group, cmd Control, params unsafe.Pointer, size uint3
 func (f *rmFile) setTimeslice(g Group, us uint64) error {
 	p := TimesliceParams{TimesliceUs: us}
 	return f.control(g, CtrlSetTimeslice, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p)))
+}
+
+// preempt takes g off the GPU, waiting for it (bWait) up to the
+// controller's PREEMPT timeout, which it sends explicitly.
+func (f *rmFile) preempt(g Group) error {
+	p := PreemptParams{BWait: 1, BManualTimeout: 1, TimeoutUs: f.preemptUs}
+	return f.control(g, CtrlPreempt, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p)))
 }
 
 func (f *rmFile) schedule(g Group, enable bool, size uint32) error {

@@ -2,6 +2,7 @@ package nvrm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"strings"
@@ -290,5 +291,72 @@ func TestSetInterleaveNeedsNice(t *testing.T) {
 	}
 	if g, _ := c.reg.Groups(self, 0); g[0].Interleave != int32(InterleaveHigh) {
 		t.Errorf("a refused level was recorded: %d", g[0].Interleave)
+	}
+}
+
+// TestPreemptManualTimeout checks that every PREEMPT carries an explicit
+// timeout the driver accepts, below the call timeout, rather than leaving
+// the firmware's default (up to 45 s in compute mode) to apply.
+func TestPreemptManualTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		opts      ControllerOptions
+		timeoutUs uint32
+	}{
+		{"defaults", ControllerOptions{}, 1_000_000},
+		{"set", ControllerOptions{PreemptTimeout: 250 * time.Millisecond}, 250_000},
+		{"short call timeout", ControllerOptions{Timeout: 50 * time.Millisecond}, 25_000},
+	} {
+		c, self := selfWithGroups(t, tc.opts)
+		calls := recordCalls(c, nil)
+		if err := c.Suspend(self, -1); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		n := 0
+		for _, call := range *calls {
+			if Control(call.Cmd) != CtrlPreempt {
+				continue
+			}
+			n++
+			var p PreemptParams
+			if err := binary.Read(bytes.NewReader(call.params), binary.LittleEndian, &p); err != nil || call.ParamsSize != 8 {
+				t.Fatalf("%s: PREEMPT params % x: %v", tc.name, call.params, err)
+			}
+			if p.BWait != 1 || p.BManualTimeout != 1 || p.TimeoutUs != tc.timeoutUs {
+				t.Errorf("%s: PREEMPT %+v, want bWait 1, bManualTimeout 1, timeoutUs %d", tc.name, p, tc.timeoutUs)
+			}
+			if time.Duration(p.TimeoutUs)*time.Microsecond >= c.opts.Timeout {
+				t.Errorf("%s: PREEMPT timeout %d µs not below the call timeout %v", tc.name, p.TimeoutUs, c.opts.Timeout)
+			}
+		}
+		if n != 2 {
+			t.Errorf("%s: %d PREEMPTs, want 2", tc.name, n)
+		}
+	}
+	r := newTestRegistry(t, "", nil)
+	l := mustLayout(t, "570.86.15")
+	for _, bad := range []ControllerOptions{
+		{Layout: l, PreemptTimeout: 1001 * time.Millisecond, Timeout: 5 * time.Second},
+		{Layout: l, PreemptTimeout: time.Second, Timeout: time.Second},
+		{Layout: l, PreemptTimeout: time.Nanosecond},
+	} {
+		if _, err := NewController(r, &bad); err == nil {
+			t.Errorf("accepted PREEMPT timeout %v with call timeout %v", bad.PreemptTimeout, bad.Timeout)
+		}
+	}
+}
+
+// TestNoGetInterleave checks that GET_INTERLEAVE_LEVEL, which no driver
+// exports, is never issued: the registry's record is the level.
+func TestNoGetInterleave(t *testing.T) {
+	c, self := selfWithGroups(t, ControllerOptions{})
+	calls := recordCalls(c, nil)
+	g, _ := c.reg.Groups(self, 0)
+	err := c.onGroups(self, g[:1], func(f *rmFile, g Group) error {
+		var p InterleaveParams
+		return f.control(g, CtrlGetInterleaveLevel, unsafe.Pointer(&p), 4)
+	})
+	if !errors.Is(err, ErrNotSupported) || len(*calls) != 0 {
+		t.Fatalf("GET_INTERLEAVE_LEVEL: %v, %d calls issued", err, len(*calls))
 	}
 }

@@ -5,11 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -72,7 +75,11 @@ func TestGPUValidateStandin(t *testing.T) {
 		"channel-group | graphics |",
 		"channel group 0x5c000003 engine graphics, 1 channels, timeslice 2000 by \"process\"",
 		"| 0x5c000003 | graphics | SET_TIMESLICE | 1000 µs | NV_OK |",
-		"| 0x5c000011 | graphics | SET_INTERLEAVE_LEVEL | high | NV_OK |",
+		"| 0x5c000011 | graphics | SET_INTERLEAVE_LEVEL | high | NV_OK | high (registry) |",
+		"| 0x5c000005 | copy0 | SET_INTERLEAVE_LEVEL | medium | NV_OK | medium (registry) |",
+		"### Controls Arbiter issued",
+		"| SET_INTERLEAVE_LEVEL | 9 |",
+		"| PREEMPT | ",
 		"kernel still running 50ms after Suspend",
 		"| GPFIFO_SCHEDULE{0} only | ",
 		"Victim's verification after the trials: `correct: stand-in",
@@ -81,6 +88,10 @@ func TestGPUValidateStandin(t *testing.T) {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q", want)
 		}
+	}
+	// The level is never read from the driver, which cannot answer.
+	if strings.Contains(report, "GET_INTERLEAVE_LEVEL") {
+		t.Errorf("the procedure issued GET_INTERLEAVE_LEVEL")
 	}
 	// The CPU "kernel" never stops; on a loaded machine its thread may
 	// still stall 20 ms and pass for stopped in a trial, so require the
@@ -143,6 +154,18 @@ func validateGPU(t *testing.T, cfg gpuConfig) (string, []string) {
 		t.Fatal(err)
 	}
 	defer ctrl.Close()
+	// Count every control this process issues, for the report.
+	var issuedMu sync.Mutex
+	issued := map[Control]int{}
+	sys := ctrl.sys
+	ctrl.sys = func(fd int, req uint32, arg unsafe.Pointer) syscall.Errno {
+		if req == ReqRMControl {
+			issuedMu.Lock()
+			issued[Control((*NVOS54)(arg).Cmd)]++
+			issuedMu.Unlock()
+		}
+		return sys(fd, req, arg)
+	}
 
 	// The victim: a CUDA process spinning one kernel that writes the GPU
 	// global timer and a counter into host-mapped memory.
@@ -268,16 +291,21 @@ func validateGPU(t *testing.T, cfg gpuConfig) (string, []string) {
 			}
 			fmt.Fprintf(&md, "| %#x | %s | SET_TIMESLICE | %s | %s | %d µs |\n", g.Handle, g.Engine, arg, status(err), got.TimesliceUs)
 		}
-		for _, l := range []InterleaveLevel{InterleaveLow, InterleaveHigh, InterleaveMedium} {
-			var got InterleaveParams
-			err := ctrl.onGroups(pid, one, func(f *rmFile, g Group) error {
-				p := InterleaveParams{Level: uint32(l)}
-				if err := f.control(g, CtrlSetInterleaveLevel, unsafe.Pointer(&p), 4); err != nil {
-					return err
+	}
+	// Interleave levels: the driver cannot read them back (it does not
+	// export GET_INTERLEAVE_LEVEL), so the registry's record is shown.
+	for _, l := range []InterleaveLevel{InterleaveLow, InterleaveHigh, InterleaveMedium} {
+		err := ctrl.SetInterleave(pid, l)
+		for _, g := range groups {
+			recorded := "(none)"
+			if now, _ := reg.Groups(pid, int(g.Instance)); len(now) > 0 {
+				for _, n := range now {
+					if n.Handle == g.Handle && n.Interleave >= 0 {
+						recorded = InterleaveLevel(n.Interleave).String()
+					}
 				}
-				return f.control(g, CtrlGetInterleaveLevel, unsafe.Pointer(&got), 4)
-			})
-			fmt.Fprintf(&md, "| %#x | %s | SET_INTERLEAVE_LEVEL | %s | %s | %d |\n", g.Handle, g.Engine, l, status(err), got.Level)
+			}
+			fmt.Fprintf(&md, "| %#x | %s | SET_INTERLEAVE_LEVEL | %s | %s | %s (registry) |\n", g.Handle, g.Engine, l, status(err), recorded)
 		}
 	}
 	if err := ctrl.SetTimeslice(pid, -1, DefaultTimesliceUs); err != nil {
@@ -379,10 +407,7 @@ func validateGPU(t *testing.T, cfg gpuConfig) (string, []string) {
 	}{
 		{"GPFIFO_SCHEDULE{0} only", func(f *rmFile, g Group) error { return f.schedule(g, false, layout.ScheduleSize) },
 			func(f *rmFile, g Group) error { return f.schedule(g, true, layout.ScheduleSize) }},
-		{"PREEMPT{bWait=1} only", func(f *rmFile, g Group) error {
-			p := PreemptParams{BWait: 1}
-			return f.control(g, CtrlPreempt, unsafe.Pointer(&p), 8)
-		}, nil},
+		{"PREEMPT{bWait=1} only", func(f *rmFile, g Group) error { return f.preempt(g) }, nil},
 	} {
 		stoppedN := 0
 		var stops []time.Duration
@@ -433,6 +458,13 @@ func validateGPU(t *testing.T, cfg gpuConfig) (string, []string) {
 	if !strings.HasPrefix(verdict, "correct") {
 		failures = append(failures, fmt.Sprintf("victim after resume: %q", strings.TrimSpace(verdict)))
 	}
+	md.WriteString("\n### Controls Arbiter issued\n\n| control | calls |\n|---|---|\n")
+	issuedMu.Lock()
+	cmds := slices.Sorted(maps.Keys(issued))
+	for _, c := range cmds {
+		fmt.Fprintf(&md, "| %s | %d |\n", c, issued[c])
+	}
+	issuedMu.Unlock()
 	return md.String(), failures
 }
 
