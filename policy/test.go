@@ -2,8 +2,6 @@ package policy
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,10 +32,11 @@ type TestReport struct {
 	Errored int          `json:"errored"`
 	Skipped int          `json:"skipped"`
 	// Coverage is the percentage of the policy's lines (test files and the
-	// embedded library excluded) evaluated by the tests; -1 when not asked.
+	// embedded library excluded) evaluated by the tests, a line holding
+	// several rules or branches counting once for each; -1 when not asked.
 	Coverage float64 `json:"coverage"`
-	// NotCovered lists uncovered lines as file:row.
-	NotCovered []string `json:"not_covered,omitempty"`
+	// NotCovered lists what the tests did not evaluate, in file order.
+	NotCovered []Uncovered `json:"not_covered,omitempty"`
 }
 
 // TestResult is one Rego test.
@@ -117,33 +116,4 @@ func Test(ctx context.Context, src *Source, opts *TestOptions) (*TestReport, err
 		rep.Coverage, rep.NotCovered = coverage(cov, src)
 	}
 	return rep, nil
-}
-
-// coverage reports on the operator's own policy files only: test files
-// and the embedded library would flatter the figure.
-func coverage(cov *cover.Cover, src *Source) (float64, []string) {
-	report := cov.Report(src.Modules)
-	covered, total := 0, 0
-	var missing []string
-	for file, fr := range report.Files {
-		if strings.HasSuffix(file, "_test.rego") || strings.HasPrefix(file, embeddedPrefix) {
-			continue
-		}
-		for _, rng := range fr.Covered {
-			covered += rng.End.Row - rng.Start.Row + 1
-		}
-		for _, rng := range fr.NotCovered {
-			total += rng.End.Row - rng.Start.Row + 1
-			for row := rng.Start.Row; row <= rng.End.Row; row++ {
-				missing = append(missing, fmt.Sprintf("%s:%d", file, row))
-			}
-		}
-	}
-	total += covered
-	sort.Strings(missing)
-	missing = slices.Compact(missing)
-	if total == 0 {
-		return 100, nil
-	}
-	return 100 * float64(covered) / float64(total), missing
 }

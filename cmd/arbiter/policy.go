@@ -324,8 +324,12 @@ func policyPrintTests(out io.Writer, rep *policy.TestReport, verbose bool) {
 	if rep.Coverage >= 0 {
 		fmt.Fprintf(out, "coverage: %.1f%%\n", rep.Coverage)
 		if verbose {
-			for _, l := range rep.NotCovered {
-				fmt.Fprintf(out, "  not covered: %s\n", l)
+			for _, u := range rep.NotCovered {
+				if u.Partial() {
+					fmt.Fprintf(out, "  not covered: %s (the rest of row %d is)\n", u, u.Row)
+					continue
+				}
+				fmt.Fprintf(out, "  not covered: %s\n", u)
 			}
 		}
 	}

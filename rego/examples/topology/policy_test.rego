@@ -55,3 +55,9 @@ test_classify_by_label if {
 	d := arbiter.classify with input as {"apiVersion": "arbiter.io/v1", "node": node, "process": {"pid": 3, "comm": "x", "pod": {"uid": "u", "labels": {"arbiter.io/class": "latency-critical"}}}}
 	d.class == "latency-critical"
 }
+
+test_unlabelled_process_is_best_effort if {
+	d := arbiter.classify with input as {"apiVersion": "arbiter.io/v1", "node": node, "process": {"pid": 4, "comm": "train"}}
+	d.class == "best-effort"
+	d.reason == "default"
+}
