@@ -156,11 +156,16 @@ func (s *Summary) proc(pid uint32) *ProcessSummary {
 // Active returns the time from the first driver call to the end of the last.
 func (p *ProcessSummary) Active() time.Duration { return time.Duration(p.Last - p.First) }
 
-// LaunchRate returns launches per second over the active time, 0 when the
-// process was active for no time.
-func (p *ProcessSummary) LaunchRate() float64 {
-	if p.Last <= p.First {
-		return 0
+// MinRateWindow is the least activity a rate is computed over: launches per
+// second of a process active for a millisecond extrapolate one burst to a
+// second and mean nothing.
+const MinRateWindow = time.Second
+
+// LaunchRate returns launches per second over the active time, and false
+// (with 0) when the process was active for less than MinRateWindow.
+func (p *ProcessSummary) LaunchRate() (float64, bool) {
+	if p.Last < p.First || p.Active() < MinRateWindow {
+		return 0, false
 	}
-	return float64(p.Launches) / (float64(p.Last-p.First) / 1e9)
+	return float64(p.Launches) / p.Active().Seconds(), true
 }

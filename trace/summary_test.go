@@ -38,7 +38,7 @@ func TestSummaryRequests(t *testing.T) {
 		gap      time.Duration
 		events   []Event
 		want     ProcessSummary
-		rate     float64
+		rate     float64 // 0: active too briefly for a rate
 		activeNS uint64
 	}{
 		{
@@ -50,7 +50,6 @@ func TestSummaryRequests(t *testing.T) {
 			want: ProcessSummary{PID: 7, Launches: 12, Copies: 6, CopyBytes: 3 * 5120, HtoDBytes: 3 * 4096,
 				DtoHBytes: 3 * 1024, Syncs: 3, SyncTime: 3000 * us, MaxSync: 1000 * us, Requests: 3,
 				First: 0, Last: 11060 * us},
-			rate:     12 / 0.01106,
 			activeNS: 11060 * us,
 		},
 		{
@@ -61,7 +60,6 @@ func TestSummaryRequests(t *testing.T) {
 			want: ProcessSummary{PID: 7, Launches: 12, Copies: 6, CopyBytes: 3 * 5120, HtoDBytes: 3 * 4096,
 				DtoHBytes: 3 * 1024, Syncs: 3, SyncTime: 3000 * us, MaxSync: 1000 * us, Requests: 1,
 				First: 0, Last: 11060 * us},
-			rate:     12 / 0.01106,
 			activeNS: 11060 * us,
 		},
 		{
@@ -71,14 +69,12 @@ func TestSummaryRequests(t *testing.T) {
 			events: []Event{launchAt(1, 0), syncAt(1, 100*us, 5000*us, 0), launchAt(1, 6000*us), launchAt(1, 9000*us)},
 			want: ProcessSummary{PID: 1, Launches: 3, Syncs: 1, SyncTime: 5000 * us, MaxSync: 5000 * us,
 				Requests: 2, First: 0, Last: 9000 * us},
-			rate:     3 / 0.009,
 			activeNS: 9000 * us,
 		},
 		{
 			name:     "exactly the gap is not idle enough; one ns more is",
 			events:   []Event{launchAt(2, 1000), launchAt(2, 1000+2000*us), launchAt(2, 1000+4000*us+1)},
 			want:     ProcessSummary{PID: 2, Launches: 3, Requests: 2, First: 1000, Last: 1000 + 4000*us + 1},
-			rate:     3 / (float64(4000*us+1) / 1e9),
 			activeNS: 4000*us + 1,
 		},
 		{
@@ -87,7 +83,6 @@ func TestSummaryRequests(t *testing.T) {
 			events: []Event{launchAt(3, 100*us), launchAt(3, 180*us), syncAt(3, 50*us, 20*us, 400)},
 			want: ProcessSummary{PID: 3, Launches: 2, Syncs: 1, SyncTime: 20 * us, MaxSync: 20 * us, SyncErrors: 1,
 				Requests: 1, First: 50 * us, Last: 180 * us},
-			rate:     2 / 0.00013,
 			activeNS: 130 * us,
 		},
 		{
@@ -99,6 +94,32 @@ func TestSummaryRequests(t *testing.T) {
 			},
 			want: ProcessSummary{PID: 4, Comm: "infer", Launches: 1, Requests: 1, First: 10 * ms, Last: 10 * ms,
 				Exited: true, ExitCode: 9},
+		},
+		{
+			name: "a burst of 800 launches in 1 ms has no rate",
+			events: func() []Event {
+				var evs []Event
+				for i := uint64(0); i < 800; i++ {
+					evs = append(evs, launchAt(6, i*1250))
+				}
+				return evs
+			}(),
+			want:     ProcessSummary{PID: 6, Launches: 800, Requests: 1, First: 0, Last: 799 * 1250},
+			activeNS: 799 * 1250,
+		},
+		{
+			name:     "launches over 1.5 s have a rate",
+			events:   []Event{launchAt(8, 0), launchAt(8, 500*ms), launchAt(8, 1000*ms), launchAt(8, 1500*ms)},
+			want:     ProcessSummary{PID: 8, Launches: 4, Requests: 4, First: 0, Last: 1500 * ms},
+			rate:     4 / 1.5,
+			activeNS: 1500 * ms,
+		},
+		{
+			name:     "exactly MinRateWindow is enough",
+			events:   []Event{launchAt(9, 0), launchAt(9, 1000*ms)},
+			want:     ProcessSummary{PID: 9, Launches: 2, Requests: 2, First: 0, Last: 1000 * ms},
+			rate:     2,
+			activeNS: 1000 * ms,
 		},
 		{
 			name:   "only lifecycle",
@@ -119,8 +140,9 @@ func TestSummaryRequests(t *testing.T) {
 			if got != tt.want {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
-			if r := got.LaunchRate(); math.Abs(r-tt.rate) > 1e-6*max(1, tt.rate) {
-				t.Errorf("LaunchRate = %v, want %v", r, tt.rate)
+			r, ok := got.LaunchRate()
+			if ok != (tt.rate != 0) || math.Abs(r-tt.rate) > 1e-6*max(1, tt.rate) {
+				t.Errorf("LaunchRate = %v, %v; want %v", r, ok, tt.rate)
 			}
 			if a := got.Active(); a != time.Duration(tt.activeNS) {
 				t.Errorf("Active = %v, want %v", a, time.Duration(tt.activeNS))
@@ -163,7 +185,7 @@ func TestSummaryProcessesSortedAndSeparate(t *testing.T) {
 	if _, ok := s.Process(99); ok {
 		t.Error("unknown pid reported")
 	}
-	if r := ps[0].LaunchRate(); r != 0 {
-		t.Errorf("rate of a process active for no time = %v, want 0", r)
+	if r, ok := ps[0].LaunchRate(); ok || r != 0 {
+		t.Errorf("rate of a process active for no time = %v, %v; want none", r, ok)
 	}
 }

@@ -7,14 +7,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/trace"
@@ -39,10 +36,23 @@ type traceOptions struct {
 	cgroupRoot string // default "/sys/fs/cgroup"
 	// haveCaps returns the effective capabilities (tests fake them).
 	haveCaps func() (caps.Set, error)
+	// openTracer replaces uprobe.Open.
+	openTracer func(*uprobe.Options) (*uprobe.Tracer, error)
+	// probeFeature replaces caps.ProbeFeature when a failure to start is
+	// diagnosed.
+	probeFeature func(caps.Feature) error
+}
+
+// proc returns where procfs is mounted.
+func (o *traceOptions) proc() string {
+	if o.procRoot == "" {
+		return "/proc"
+	}
+	return o.procRoot
 }
 
 // eventSource is what the trace command reads: the live uprobe tracer or a
-// replayed file. Close unblocks a pending Read.
+// replayed file. Close unblocks a pending Read (except on standard input).
 type eventSource interface {
 	Read(ev *trace.Event) error
 	Close() error
@@ -56,40 +66,55 @@ func newTraceCmd() *cobra.Command {
 		Short: "Print CUDA launches, copies and syncs of every process live, with eBPF",
 		Long: `Trace prints the CUDA driver calls (kernel launches, host/device copies,
 synchronizing calls with their duration and result) and the exec/exit of
-processes, live from eBPF uprobes on every libcuda in use, with no change to
-the applications. It needs CAP_BPF and CAP_PERFMON (or root).
+CUDA processes, live from eBPF uprobes on every libcuda in use, with no
+change to the applications. It needs CAP_BPF and CAP_PERFMON (or root), and
+a kernel with BPF, BTF, the ring buffer and uprobes (5.15 or later): where
+one is missing it names it, says how to get it and exits with status 77.
 
---replay reads a file written by --record instead and needs no privileges.
+--replay reads a file written by --record instead and needs no privileges;
+"--replay -" reads standard input. "--record -" writes the recording to
+standard output and then prints no events there (the summary still goes to
+stderr), so that traces can go through a pipe:
+  sudo arbiter trace --record - | ssh host arbiter trace --replay -
+
 Filters: --pid and --cgroup select processes (either matches; applied in the
 kernel when live), --comm selects by process name (the kernel's first 15
-bytes) on top of them.
+bytes) on top of them. A process shows once it is a CUDA process: its exec
+is held until its first driver call and shown then, and the exec and exit
+of processes that never make one (compilers, shells) are left out, unless
+--pid or --comm names the process. Events are held for 20 ms and printed in
+time order (a synchronizing call, reported at its return, by the time it
+was entered; one that took longer shows when it returns).
 
-Text lines show seconds since the first event, PID/TID, the process name,
-the kind, the driver function and its arguments. JSON lines carry the same
-with stable field names: time_ns (CLOCK_MONOTONIC), kind, func, pid, tid,
+Text lines show seconds since the trace started (in a replay: since the
+file's first event), PID/TID, the process name, the kind, the driver
+function and its arguments. JSON lines carry the same with stable field
+names: time_ns (CLOCK_MONOTONIC), kind, func, pid, tid,
 cgroup, comm, and per kind function/stream/grid/block/shared_mem,
 dir/bytes/device/host, handle/other/duration_ns/result/result_name,
 ppid/exit_code; handles and pointers are hex strings.
 
 On exit (Ctrl-C, SIGTERM, --duration, end of a replay) it prints a summary per
-process on stderr: launches, launches/s, copies, requests seen (busy periods
-separated by --idle-gap), sync time, and the tracer's drops.`,
+CUDA process on stderr: launches, launches/s (over at least 1 s of activity,
+else n/a), copies, requests seen (busy periods separated by --idle-gap), sync
+time, and the tracer's drops; with --format json as one JSON object
+("kind":"summary") on one line.`,
 		Example: `  sudo arbiter trace
   sudo arbiter trace --comm python3 --format json --duration 30s
   sudo arbiter trace --cgroup /kubepods.slice --record /tmp/trace.arbt
   arbiter trace --replay /tmp/trace.arbt --pid 4242`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runTrace(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr(), os.Args)
+			return runTrace(cmd.Context(), o, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr(), os.Args)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.format, "format", "text", "event output: text or json (JSON lines, one event per line)")
+	f.StringVar(&o.format, "format", "text", "event and summary output: text or json (JSON lines, one event per line)")
 	f.UintSlice("pid", nil, "trace only this process id (repeatable)")
 	f.StringArrayVar(&o.comms, "comm", nil, "trace only processes with this name (repeatable)")
 	f.StringArrayVar(&o.cgroups, "cgroup", nil, "trace only this cgroup v2, by path (absolute or under /sys/fs/cgroup) or id (repeatable)")
-	f.StringVar(&o.record, "record", "", "also write the events to this trace file")
-	f.StringVar(&o.replay, "replay", "", "read events from this trace file instead of tracing live (no privileges needed)")
+	f.StringVar(&o.record, "record", "", "also write the events to this trace file; - writes it to stdout and prints no events")
+	f.StringVar(&o.replay, "replay", "", "read events from this trace file (- for stdin) instead of tracing live (no privileges needed)")
 	f.DurationVar(&o.duration, "duration", 0, "stop after this long (live: wall time; replay: trace time); 0 = until Ctrl-C")
 	f.StringArrayVar(&o.libs, "lib", nil, "extra libcuda file to attach besides those discovered (repeatable)")
 	f.DurationVar(&o.idleGap, "idle-gap", trace.DefaultIdleGap, "idle time that separates two requests in the summary")
@@ -121,70 +146,68 @@ separated by --idle-gap), sync time, and the tracer's drops.`,
 	return cmd
 }
 
-// runTrace runs the command: it opens the source, prints and records events
-// until the source ends or ctx, --duration or a signal stops it, then prints
-// the summary. args is the command line recorded in a file's header.
-func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, args []string) (err error) {
+// runTrace runs the command: it checks what it can before attaching, opens
+// the source, prints and records events in time order until the source
+// ends or ctx, --duration or a signal stops it, then prints the summary.
+// args is the command line recorded in a file's header.
+func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, stderr io.Writer, args []string) (err error) {
 	filter, err := newEventFilter(o)
 	if err != nil {
 		return err
 	}
 	var src eventSource
-	var tracer *uprobe.Tracer
-	var replayFile string
+	var replay *fileSource
 	if o.replay != "" {
-		f, err := os.Open(o.replay)
-		if err != nil {
-			return fmt.Errorf("replay: %w", err)
+		if replay, err = openReplay(o.replay, stdin); err != nil {
+			return err
 		}
-		r, err := trace.NewReader(f)
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("replay %s: %w", o.replay, err)
-		}
-		src, replayFile = &fileSource{r: r, f: f}, o.replay
+		src = replay
 		filter.lookup = func(pid uint32) string {
-			name, _ := r.Name(pid)
+			name, _ := replay.r.Name(pid)
 			return name
 		}
-	} else {
-		have := o.haveCaps
-		if have == nil {
-			have = caps.Effective
+		if sameFile(replay, o.record) {
+			replay.Close()
+			return fmt.Errorf("--record %s is the --replay file: recording would overwrite what is being read", o.record)
 		}
-		set, err := have()
-		if err != nil {
-			return err
-		}
-		if err := requireTracing(set); err != nil {
-			return err
-		}
-		// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
-		_ = rlimit.RemoveMemlock()
-		tracer, err = uprobe.Open(&uprobe.Options{Libraries: o.libs, PIDs: o.pids, Cgroups: filter.cgroupIDs()})
-		if err != nil {
-			return fmt.Errorf("start tracing: %w", err)
-		}
-		src = tracer
-		procRoot := o.procRoot
-		if procRoot == "" {
-			procRoot = "/proc"
-		}
-		filter.lookup, filter.cacheMisses = traceComm(procRoot), true
-		printLibraries(stderr, tracer.Stats())
+	} else if err := checkLive(o); err != nil {
+		return err
 	}
 
 	var rec *recorder
 	if o.record != "" {
-		if rec, err = newRecorder(o.record, args); err != nil {
-			src.Close()
+		if rec, err = newRecorder(o.record, stdout, args); err != nil {
+			if src != nil {
+				src.Close()
+			}
 			return err
 		}
 		defer func() {
+			if rec == nil { // aborted
+				return
+			}
 			if cerr := rec.close(); cerr != nil && err == nil {
 				err = cerr
 			}
 		}()
+	}
+
+	var tracer *uprobe.Tracer
+	sink := &traceSink{rec: rec, lifecycle: newLifecycleFilter(filter.named), toStdout: o.record == stdio}
+	if replay == nil {
+		// Live text shows times since the trace started; taken before
+		// attaching, so that no event precedes it.
+		sink.first = monotonicNow()
+		if tracer, err = openLive(o, filter); err != nil {
+			if rec != nil {
+				rec.abort()
+				rec = nil
+			}
+			return err
+		}
+		src = tracer
+		filter.lookup, filter.cacheMisses = traceComm(o.proc()), true
+		printLibraries(stderr, tracer.Stats())
 	}
 
 	// A reader that goes away (`arbiter trace | head`) ends the trace
@@ -193,190 +216,258 @@ func runTrace(ctx context.Context, o *traceOptions, stdout, stderr io.Writer, ar
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
-	out := newLineWriter(stdout)
-	defer out.stop()
-	var printer eventPrinter
-	if !o.quiet {
-		printer = newEventPrinter(o.format, out)
+
+	var out *lineWriter
+	if !o.quiet && !sink.toStdout {
+		out = newLineWriter(stdout)
+		defer out.stop()
+		sink.printer = newEventPrinter(o.format, out)
 	}
 	sum := trace.NewSummary(&trace.SummaryOptions{IdleGap: o.idleGap})
 
-	// Stop the source when asked: Close unblocks Read. The tracer's
-	// counters are taken first, while its maps are still open.
-	var stopped atomic.Bool
-	var stats atomic.Pointer[uprobe.Stats]
-	var wall atomic.Int64
-	var closeErr error // written by stop, read after wg.Wait and stop
+	// One goroutine reads the source; this one filters, orders and writes,
+	// and releases held events on a clock when none arrive.
+	quit := make(chan struct{})
+	defer close(quit)
+	events, srcErr := readEvents(src, quit)
+
 	start := time.Now()
-	stop := func() {
-		if stopped.CompareAndSwap(false, true) {
-			wall.Store(int64(time.Since(start)))
-			if tracer != nil {
-				s := tracer.Stats()
-				stats.Store(&s)
-			}
-			closeErr = src.Close()
-		}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var timeout <-chan time.Time
-		if o.duration > 0 && tracer != nil {
+	var timeout, tick <-chan time.Time
+	now := func() uint64 { return 0 }
+	if tracer != nil {
+		if o.duration > 0 {
 			t := time.NewTimer(o.duration)
 			defer t.Stop()
 			timeout = t.C
 		}
+		tk := time.NewTicker(orderTick)
+		defer tk.Stop()
+		tick, now = tk.C, monotonicNow
+	}
+	order := newOrderBuffer(orderWindow, orderLimit)
+	in := &intake{filter: filter, sum: sum, order: order}
+	if replay != nil {
+		in.replayed, in.limit = sink, uint64(o.duration)
+	}
+	ended := false
+	var writeErr error
+loop:
+	for writeErr == nil {
 		select {
+		case ev, ok := <-events:
+			if !ok {
+				ended = true
+				break loop
+			}
+			if !in.take(&ev) {
+				break loop
+			}
+			writeErr = sink.release(order, now())
+		case <-tick:
+			writeErr = sink.release(order, now())
+			if writeErr == nil && rec != nil {
+				writeErr = sink.recordErr(rec.tick(time.Now()))
+			}
 		case <-ctx.Done():
+			break loop
 		case <-timeout:
-		case <-done:
-			return
-		}
-		stop()
-	}()
-
-	var ev trace.Event
-	var first uint64
-	var readErr error
-	for n := 0; ; n++ {
-		if err := src.Read(&ev); err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, uprobe.ErrClosed) && !stopped.Load() {
-				readErr = err
-			}
-			break
-		}
-		if n == 0 {
-			first = ev.Time
-		}
-		if tracer == nil && o.duration > 0 && ev.Time > first && ev.Time-first > uint64(o.duration) {
-			break
-		}
-		comm, ok := filter.match(&ev)
-		if !ok {
-			continue
-		}
-		if comm != "" {
-			if p, seen := sum.Process(ev.PID); !seen || p.Comm == "" {
-				sum.SetComm(ev.PID, comm)
-			}
-		}
-		sum.Add(&ev)
-		if printer != nil {
-			if err := printer.print(&ev, first, comm); err != nil {
-				if !errors.Is(err, syscall.EPIPE) {
-					readErr = fmt.Errorf("write events: %w", err)
-				}
-				break
-			}
-		}
-		if rec != nil {
-			if err := rec.write(&ev, comm); err != nil {
-				readErr = fmt.Errorf("record %s: %w", o.record, err)
-				break
-			}
+			break loop
 		}
 	}
-	close(done)
-	wg.Wait()
-	stop()
-	if err := out.stop(); err != nil && readErr == nil && !errors.Is(err, syscall.EPIPE) {
-		readErr = fmt.Errorf("write events: %w", err)
+	// Counters first, while the tracer's maps are still open; then Close,
+	// which ends the reader; what it had already read is still shown.
+	wall := time.Since(start)
+	var stats *uprobe.Stats
+	if tracer != nil {
+		s := tracer.Stats()
+		stats = &s
 	}
-	printSummary(stderr, sum, stats.Load(), time.Duration(wall.Load()))
+	closeErr := src.Close()
+	for drained := ended || writeErr != nil; !drained; {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				drained = true
+			} else if !in.take(&ev) {
+				drained = true
+			}
+		default:
+			drained = true
+		}
+	}
+	if writeErr == nil {
+		writeErr = sink.drain(order)
+	}
+	readErr := writeErr
+	if ended && readErr == nil && !errors.Is(*srcErr, io.EOF) && !errors.Is(*srcErr, uprobe.ErrClosed) {
+		readErr = *srcErr
+	}
+	if out != nil {
+		if err := out.stop(); err != nil && readErr == nil && !errors.Is(err, syscall.EPIPE) {
+			readErr = fmt.Errorf("write events: %w", err)
+		}
+	}
+	if err := printSummary(stderr, o.format, sum, stats, wall); err != nil && readErr == nil {
+		readErr = fmt.Errorf("write summary: %w", err)
+	}
 	if tracer != nil && closeErr != nil && readErr == nil {
 		readErr = fmt.Errorf("stop tracing: %w", closeErr)
 	}
 	if readErr != nil {
-		if replayFile != "" {
-			return fmt.Errorf("replay %s: %w", replayFile, readErr)
+		switch {
+		case errors.Is(readErr, errSinkClosed):
+			return nil
+		case replay != nil && o.replay == stdio:
+			return fmt.Errorf("replay from stdin: %w", readErr)
+		case replay != nil:
+			return fmt.Errorf("replay %s: %w", o.replay, readErr)
 		}
 		return fmt.Errorf("trace: %w", readErr)
 	}
 	return nil
 }
 
-// fileSource replays a trace file.
-type fileSource struct {
-	r *trace.Reader
-	f *os.File
+// readEvents reads src in a goroutine of its own until it fails or quit is
+// closed. The channel closes after the failure is stored in *err.
+func readEvents(src eventSource, quit <-chan struct{}) (<-chan trace.Event, *error) {
+	events := make(chan trace.Event, 1024)
+	var srcErr error
+	go func() {
+		defer close(events)
+		for {
+			var ev trace.Event
+			if err := src.Read(&ev); err != nil {
+				srcErr = err
+				return
+			}
+			select {
+			case events <- ev:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return events, &srcErr
 }
 
-func (s *fileSource) Read(ev *trace.Event) error { return s.r.Read(ev) }
-func (s *fileSource) Close() error               { return s.f.Close() }
-
-// recorder writes the traced events to a file.
-type recorder struct {
-	f    *os.File
-	w    *trace.Writer
-	path string
-	// named are the processes whose name the file already holds.
-	named map[uint32]bool
+// intake filters and counts the events as they are read, and queues them
+// to be written in time order.
+type intake struct {
+	filter *eventFilter
+	sum    *trace.Summary
+	order  *orderBuffer
+	// replayed is the sink of a replay, which shows times since the
+	// first event read; nil when live.
+	replayed *traceSink
+	// limit is a replay's --duration in trace time, 0 for none.
+	limit uint64
+	first uint64
+	n     int
 }
 
-// write records ev, preceded by a name record for a process first seen
-// without its exec event (it was running before the recording started),
-// so that a replay can show and filter it by name.
-func (r *recorder) write(ev *trace.Event, comm string) error {
-	switch {
-	case ev.Kind == trace.KindExec:
-		r.named[ev.PID] = true
-	case ev.Kind == trace.KindExit:
-		delete(r.named, ev.PID)
-	case comm != "" && !r.named[ev.PID]:
-		if err := r.w.WriteName(ev.PID, comm); err != nil {
+// take accounts for ev; false when it is past a replay's --duration.
+func (in *intake) take(ev *trace.Event) bool {
+	if in.n == 0 {
+		in.first = ev.Time
+		if in.replayed != nil {
+			in.replayed.first = ev.Time
+		}
+	}
+	in.n++
+	if in.limit > 0 && ev.Time > in.first && ev.Time-in.first > in.limit {
+		return false
+	}
+	comm, ok := in.filter.match(ev)
+	if !ok {
+		return true
+	}
+	if comm != "" {
+		if p, seen := in.sum.Process(ev.PID); !seen || p.Comm == "" {
+			in.sum.SetComm(ev.PID, comm)
+		}
+	}
+	in.sum.Add(ev)
+	in.order.push(ev, comm)
+	return true
+}
+
+// errSinkClosed ends a trace whose reader went away (EPIPE on stdout).
+var errSinkClosed = errors.New("output closed")
+
+// traceSink is where ordered events go: the lifecycle filter, then the
+// printer and the recorder.
+type traceSink struct {
+	lifecycle *lifecycleFilter
+	printer   eventPrinter // nil: print nothing
+	rec       *recorder    // nil: record nothing
+	toStdout  bool         // the recording goes to stdout
+	// first is when the trace started (a replay: its first event's time);
+	// text shows times since.
+	first uint64
+}
+
+// release writes the held events that are due at now.
+func (s *traceSink) release(b *orderBuffer, now uint64) error {
+	for {
+		h, ok := b.next(now)
+		if !ok {
+			return nil
+		}
+		if err := s.write(&h.ev, h.comm); err != nil {
 			return err
 		}
-		r.named[ev.PID] = true
 	}
-	return r.w.Write(ev)
 }
 
-func newRecorder(path string, args []string) (*recorder, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("record: %w", err)
+// drain writes every held event, oldest first.
+func (s *traceSink) drain(b *orderBuffer) error {
+	for {
+		h, ok := b.flush()
+		if !ok {
+			return nil
+		}
+		if err := s.write(&h.ev, h.comm); err != nil {
+			return err
+		}
 	}
-	host, _ := os.Hostname()
-	comment := strings.Join(args, " ")
-	if len(comment) > trace.MaxComment {
-		comment = comment[:trace.MaxComment]
-	}
-	if len(host) > trace.MaxHost {
-		host = host[:trace.MaxHost]
-	}
-	w, err := trace.NewWriter(f, trace.Header{Created: time.Now(), Host: host, Comment: comment})
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("record %s: %w", path, err)
-	}
-	return &recorder{f: f, w: w, path: path, named: map[uint32]bool{}}, nil
 }
 
-func (r *recorder) close() error {
-	err := r.w.Close()
-	if cerr := r.f.Close(); err == nil {
-		err = cerr
+func (s *traceSink) write(ev *trace.Event, comm string) error {
+	return s.lifecycle.pass(ev, comm, s.emit)
+}
+
+func (s *traceSink) emit(ev *trace.Event, comm string) error {
+	if s.printer != nil {
+		if err := s.printer.print(ev, s.first, comm); err != nil {
+			if errors.Is(err, syscall.EPIPE) {
+				return errSinkClosed
+			}
+			return fmt.Errorf("write events: %w", err)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("record %s: %w", r.path, err)
+	if s.rec != nil {
+		return s.recordErr(s.rec.write(ev, comm))
 	}
 	return nil
 }
 
-// printLibraries says what the live tracer attached, on stderr.
-func printLibraries(w io.Writer, s uprobe.Stats) {
-	if len(s.Libraries) == 0 {
-		fmt.Fprintln(w, "arbiter trace: no libcuda found yet; rescanning every 2s (--lib PATH adds one)")
-		return
+// recordErr words a recording failure; a closed pipe on stdout just ends
+// the trace.
+func (s *traceSink) recordErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case s.toStdout && errors.Is(err, syscall.EPIPE):
+		return errSinkClosed
 	}
-	for _, l := range s.Libraries {
-		if l.Error != "" {
-			fmt.Fprintf(w, "arbiter trace: %s: not attached: %s\n", l.Path, l.Error)
-			continue
-		}
-		fmt.Fprintf(w, "arbiter trace: attached %d probes to %s\n", len(l.Attached), l.Path)
+	return fmt.Errorf("record %s: %w", s.rec.path, err)
+}
+
+// monotonicNow reads CLOCK_MONOTONIC, the clock of Event.Time.
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
 	}
+	return uint64(ts.Nano())
 }

@@ -170,3 +170,10 @@ func requireTracing(have caps.Set) error {
 	}
 	return err
 }
+
+// named reports whether the user selected ev's process by --pid or --comm
+// (not only by --cgroup): such a process is shown whole, its exec and exit
+// included, whether or not it makes driver calls.
+func (f *eventFilter) named(ev *trace.Event, comm string) bool {
+	return f.pids[ev.PID] || f.comms[comm]
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +34,7 @@ func TestTraceLive(t *testing.T) {
 	o := &traceOptions{format: "json", pids: []uint32{uint32(pid)}, libs: []string{b.Lib},
 		duration: 1500 * time.Millisecond, idleGap: trace.DefaultIdleGap, record: rec}
 	var stdout, stderr bytes.Buffer
-	if err := runTrace(context.Background(), o, &stdout, &stderr, nil); err != nil {
+	if err := runTrace(context.Background(), o, nil, &stdout, &stderr, nil); err != nil {
 		t.Fatalf("trace: %v\n%s", err, stderr.String())
 	}
 	counts := map[string]int{}
@@ -80,17 +79,23 @@ func TestTraceLive(t *testing.T) {
 	if !strings.Contains(sum, "attached 30 probes to "+b.Lib) {
 		t.Errorf("no attach report:\n%s", sum)
 	}
-	row := ""
-	for _, line := range strings.Split(sum, "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[0] == strconv.Itoa(pid) {
-			row = line
-		}
+	// With --format json the summary is JSON too: one object, the last
+	// line of stderr.
+	lines := strings.Split(strings.TrimSpace(sum), "\n")
+	var js jsonSummary
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &js); err != nil || js.Kind != "summary" {
+		t.Fatalf("last line of stderr is not a JSON summary (%v):\n%s", err, sum)
 	}
-	if f := strings.Fields(row); len(f) < 7 || f[1] != "infer" || f[2] != strconv.Itoa(counts["cuLaunchKernel"]) {
-		t.Errorf("summary row %q does not match %v\n%s", row, counts, sum)
+	if len(js.Processes) != 1 {
+		t.Fatalf("summary of %d processes, want infer alone:\n%s", len(js.Processes), sum)
 	}
-	if !strings.Contains(sum, " 0 dropped") {
-		t.Errorf("drops reported:\n%s", sum)
+	p := js.Processes[0]
+	if p.PID != uint32(pid) || p.Comm != "infer" || p.Launches != uint64(counts["cuLaunchKernel"]) ||
+		p.Syncs != uint64(counts["cuStreamSynchronize"]) || p.LaunchesPerS == nil {
+		t.Errorf("summary %+v does not match %v (launches/s over ~1.5 s)\n%s", p, counts, sum)
+	}
+	if js.Tracer == nil || js.Tracer.Dropped != 0 || js.Tracer.Events == 0 {
+		t.Errorf("tracer counters %+v: want events and no drops", js.Tracer)
 	}
 
 	// The recording replays the same events, by name too: infer was

@@ -7,11 +7,9 @@ import (
 	"io"
 	"strconv"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/gpu-arbiter/arbiter/trace"
-	"github.com/gpu-arbiter/arbiter/uprobe"
 )
 
 // eventPrinter writes one line per event.
@@ -240,65 +238,4 @@ func (lw *lineWriter) stop() error {
 		lw.stopErr = lw.bw.Flush()
 	})
 	return lw.stopErr
-}
-
-// printSummary writes the per-process table and the tracer's counters.
-func printSummary(w io.Writer, s *trace.Summary, stats *uprobe.Stats, wall time.Duration) {
-	// Only processes that made driver calls: exec and exit events of every
-	// other process on the node would bury them.
-	var ps []trace.ProcessSummary
-	others := 0
-	for _, p := range s.Processes() {
-		if p.Requests > 0 {
-			ps = append(ps, p)
-		} else {
-			others++
-		}
-	}
-	fmt.Fprintf(w, "\n%d CUDA processes (requests are busy periods separated by %v idle); %d other processes started or exited\n",
-		len(ps), s.IdleGap(), others)
-	if len(ps) > 0 {
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "PID\tCOMM\tLAUNCHES\tLAUNCHES/S\tCOPIES\tCOPIED\tREQUESTS\tSYNCS\tSYNC TIME\tMAX SYNC\tSYNC ERRORS\tACTIVE\tEXIT\t")
-		for _, p := range ps {
-			exit := "-"
-			if p.Exited {
-				exit = strconv.Itoa(int(p.ExitCode))
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f\t%d\t%s\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t\n", p.PID, orDash(p.Comm),
-				p.Launches, p.LaunchRate(), p.Copies, byteSize(p.CopyBytes), p.Requests, p.Syncs,
-				roundDur(p.SyncTime), roundDur(p.MaxSync), p.SyncErrors, roundDur(p.Last-p.First), exit)
-		}
-		tw.Flush()
-	}
-	if stats != nil {
-		fmt.Fprintf(w, "tracer: %d events in %s, %d dropped (ring buffer full), %d undecodable\n",
-			stats.Events, wall.Round(time.Millisecond), stats.Drops, stats.DecodeErrors)
-	}
-}
-
-// roundDur prints ns to a readable precision.
-func roundDur(ns uint64) string {
-	d := time.Duration(ns)
-	switch {
-	case d >= time.Second:
-		return d.Round(time.Millisecond).String()
-	case d >= time.Millisecond:
-		return d.Round(10 * time.Microsecond).String()
-	}
-	return d.Round(time.Microsecond).String()
-}
-
-// byteSize prints a byte count in binary units.
-func byteSize(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return strconv.FormatUint(n, 10) + " B"
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }

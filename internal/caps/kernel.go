@@ -50,7 +50,7 @@ func (f Feature) String() string {
 	case FeatureBPF:
 		return "the bpf() system call"
 	case FeatureBTF:
-		return "kernel BTF (/sys/kernel/btf/vmlinux)"
+		return "kernel BTF"
 	case FeatureRingBuf:
 		return "the BPF ring buffer"
 	case FeatureUprobes:
@@ -88,7 +88,7 @@ func (f Feature) Fix() string {
 		return "boot a kernel built with CONFIG_BPF_SYSCALL=y (every major distribution's is); " +
 			"in a container, use a seccomp profile that allows bpf() (or run it privileged)"
 	case FeatureBTF:
-		return "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y (Ubuntu 20.10+, Debian 11+, RHEL 8.2+ and Fedora have it)"
+		return "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y, which provides /sys/kernel/btf/vmlinux (Ubuntu 20.10+, Debian 11+, RHEL 8.2+ and Fedora kernels are)"
 	case FeatureRingBuf, FeatureCookies:
 		return "upgrade the kernel to 5.15 or later, the oldest Arbiter traces on"
 	case FeatureUprobes:
