@@ -233,7 +233,6 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 
 	start := time.Now()
 	var timeout, tick <-chan time.Time
-	now := func() uint64 { return 0 }
 	if tracer != nil {
 		if o.duration > 0 {
 			t := time.NewTimer(o.duration)
@@ -242,14 +241,14 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 		}
 		tk := time.NewTicker(orderTick)
 		defer tk.Stop()
-		tick, now = tk.C, monotonicNow
+		tick = tk.C
 	}
 	order := newOrderBuffer(orderWindow, orderLimit)
 	in := &intake{filter: filter, sum: sum, order: order}
 	if replay != nil {
 		in.replayed, in.limit = sink, uint64(o.duration)
 	}
-	ended := false
+	ended, arrived := false, false
 	var writeErr error
 loop:
 	for writeErr == nil {
@@ -262,9 +261,17 @@ loop:
 			if !in.take(&ev) {
 				break loop
 			}
-			writeErr = sink.release(order, now())
+			arrived = true
+			writeErr = sink.release(order, 0)
 		case <-tick:
-			writeErr = sink.release(order, now())
+			// While events arrive, their own times release them: a
+			// backlog read in a burst (the first poll, a stalled reader)
+			// is older than the clock's window yet still to be sorted.
+			// Once none arrive, the clock releases what is held.
+			if !arrived {
+				writeErr = sink.release(order, monotonicNow())
+			}
+			arrived = false
 			if writeErr == nil && rec != nil {
 				writeErr = sink.recordErr(rec.tick(time.Now()))
 			}

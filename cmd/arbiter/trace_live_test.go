@@ -39,6 +39,7 @@ func TestTraceLive(t *testing.T) {
 	}
 	counts := map[string]int{}
 	var reqStart float64 // time of the request's first copy
+	var lastTime float64
 	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		var ev map[string]any
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
@@ -46,6 +47,13 @@ func TestTraceLive(t *testing.T) {
 		}
 		if ev["pid"] != float64(pid) || ev["comm"] != "infer" {
 			t.Fatalf("event of another process: %s", line)
+		}
+		// Printed in time order: the reorder window is longer than any
+		// of these syncs, so none comes late.
+		if tm := ev["time_ns"].(float64); tm < lastTime {
+			t.Errorf("event %s printed after one at %.0f", line, lastTime)
+		} else {
+			lastTime = tm
 		}
 		fn, _ := ev["func"].(string)
 		counts[fn]++
