@@ -8,12 +8,20 @@
 # per-process summary, one event as JSON from the recording, and stops the
 # workloads on any exit. Tracing needs root (CAP_BPF + CAP_PERFMON): when not
 # root it runs that part with sudo.
+#
+# When a step fails, the demo prints what it said (the tracer's error names
+# the missing privilege or kernel feature and the fix) and exits with its
+# status (77 for a missing privilege or kernel feature).
+#
+# Environment: DURATION (default 10s) is how long to trace; ARBITER_BIN
+# (default bin/arbiter) and ARBITER_STUB (default bin/stub) point the demo
+# at another build, relative to the repository root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10s}
-arbiter=bin/arbiter
-stub=bin/stub
+arbiter=${ARBITER_BIN:-bin/arbiter}
+stub=${ARBITER_STUB:-bin/stub}
 for f in "$arbiter" "$stub/infer" "$stub/train" "$stub/libcuda.so.1"; do
 	if [ ! -x "$f" ] && [ ! -f "$f" ]; then
 		echo "demo: $f is missing: run 'make build' (or 'make demo', which builds first)" >&2
@@ -50,6 +58,14 @@ trap 'exit 143' TERM
 
 bold() { printf '\n\033[1m%s\033[0m\n' "$*"; }
 
+# failed STATUS WHAT LOG: say that WHAT failed, show what it wrote to LOG
+# and exit with its status (cleanup still stops the workloads).
+failed() {
+	echo "demo: $2 failed (exit status $1); it said:" >&2
+	sed 's/^/  /' "$3" >&2
+	exit "$1"
+}
+
 bold "Starting two CUDA programs on the stub driver ($stub/libcuda.so.1):"
 LD_LIBRARY_PATH=$stub "$stub/infer" --rate 100 --launches 8 --kernel-us 200 --bytes 1048576 &
 pids+=($!)
@@ -58,24 +74,43 @@ LD_LIBRARY_PATH=$stub "$stub/train" --kernel-us 5000 --sync-every 8 &
 pids+=($!)
 echo "  train  pid $!  training: endless 5 ms kernels, a sync every 8"
 sleep 0.5
+for p in "${pids[@]}"; do
+	if ! kill -0 "$p" 2>/dev/null; then
+		status=0
+		wait "$p" || status=$?
+		echo "demo: workload pid $p exited at once (exit status $status): see its message above; is $stub/libcuda.so.1 the stub driver?" >&2
+		exit 1
+	fi
+done
 
 rec=$workdir/demo.arbt
 bold "arbiter trace --duration $DURATION --pid ${pids[0]} --pid ${pids[1]} --record $rec"
 echo "(one inference request, the first training launches and sync; the rest are counted in the summary)"
 # awk reads every line, so the tracer never writes into a closed pipe.
-# The summary goes to stderr; it is shown after the events.
+# The tracer's stderr (what it attached, the summary, or why it failed) is
+# shown after the events.
+set +e
 "${sudo[@]}" "$arbiter" trace --duration "$DURATION" --pid "${pids[0]}" --pid "${pids[1]}" --record "$rec" \
-	2>"$workdir/summary" |
+	2>"$workdir/trace.err" |
 	awk '$3 == "infer" && ni++ < 11 { print; fflush() }
 	     $3 == "train" && $4 == "launch" && nl++ < 2 { print; fflush() }
 	     $3 == "train" && $4 == "sync" && ns++ < 1 { print; fflush() }
-	     END { printf "... %d events in all\n", NR }'
-cat "$workdir/summary"
+	     END { if (NR > 0) printf "... %d events in all\n", NR }'
+status=${PIPESTATUS[0]}
+set -e
+if [ "$status" -ne 0 ]; then
+	failed "$status" "arbiter trace" "$workdir/trace.err"
+fi
+cat "$workdir/trace.err"
 "${sudo[@]}" chown "$(id -u):$(id -g)" "$rec"
 
 bold "The recording replays without privileges; one sync as JSON:"
-"$arbiter" trace --replay "$rec" --format json --comm infer 2>/dev/null |
-	awk '/"kind":"sync"/ && !done { print; done = 1 }'
+status=0
+"$arbiter" trace --replay "$rec" --format json --comm infer 2>"$workdir/replay.err" >"$workdir/replay.json" || status=$?
+if [ "$status" -ne 0 ]; then
+	failed "$status" "arbiter trace --replay" "$workdir/replay.err"
+fi
+awk '/"kind":"sync"/ { print; exit }' "$workdir/replay.json"
 
 bold "Stopping the workloads (they report what they saw themselves):"
 cleanup
