@@ -396,11 +396,12 @@ const ControlRdev = Rdev(195<<20 | 255)
 const ControlPath = "/dev/nvidiactl"
 
 // FIFODisableChannelsParams is NV2080_CTRL_CMD_FIFO_DISABLE_CHANNELS'
-// parameters, issued on a subdevice: the alternative to per-group
-// scheduling control that disables (and, unless BOnlyDisableScheduling,
-// preempts) up to 64 listed channels, each named by its client and
-// channel handles, at once. Which clients a caller may list is one of the
-// things to settle on hardware before relying on it.
+// parameters, issued on a subdevice: it disables (and, unless
+// BOnlyDisableScheduling, preempts) up to 64 listed channels, each named
+// by its client and channel handles, in one call; GSP GPUs only
+// (NOT_SUPPORTED elsewhere). Arbiter lists only the target process's own
+// client and channels, on its own subdevice, through its own file
+// (SuspendDisableChannels).
 type FIFODisableChannelsParams struct {
 	BDisable               uint8
 	_                      [3]uint8

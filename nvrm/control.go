@@ -3,10 +3,7 @@ package nvrm
 import (
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -61,6 +58,10 @@ type Controller struct {
 	// process for good, so later calls need no /proc read to rule out a
 	// reused pid. It does not hold the process's GPU resources.
 	pidfds map[uint32]pidfdEntry
+	// noDisableChannels holds the GPUs (device instances) that answered
+	// FIFO_DISABLE_CHANNELS with NOT_SUPPORTED: SuspendAuto goes straight
+	// to the per-group controls there.
+	noDisableChannels map[uint32]bool
 }
 
 type pidfdEntry struct {
@@ -90,11 +91,18 @@ type ControllerOptions struct {
 	// exists for a stand-in control file, where no driver answers
 	// (ENOTTY), so that whole control sequences can be exercised.
 	AcceptErrno syscall.Errno
+	// Respond, where set, answers each control in place of the driver
+	// before it is issued: it may fill in params, and returns the status
+	// to write into the parameter block (rmstandin.Driver.Answer). With
+	// AcceptErrno it lets a stand-in control file refuse calls and
+	// return results as the driver would; the answer travels in the
+	// block, so a tracer sees it too. Leave it nil on a real driver.
+	Respond func(client, object, cmd uint32, params []byte) uint32
 }
 
 // NewController returns a Controller acting on the processes of reg.
 func NewController(reg *Registry, opts *ControllerOptions) (*Controller, error) {
-	c := &Controller{reg: reg, pidfds: map[uint32]pidfdEntry{}, sys: sysIoctl, caps: caps.Effective}
+	c := &Controller{reg: reg, pidfds: map[uint32]pidfdEntry{}, noDisableChannels: map[uint32]bool{}, sys: sysIoctl, caps: caps.Effective}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -215,89 +223,6 @@ func (c *Controller) requireNice() error {
 	return err
 }
 
-// Suspend takes pid's channel groups on GPU gpu (every GPU where gpu < 0)
-// off the GPU: scheduling disabled (GPFIFO_SCHEDULE{bEnable=0}), then
-// preempted (PREEMPT{bWait=1}). The groups are recorded as suspended (in
-// the registry's state directory, where it keeps state) before the first
-// control, so that a crash cannot leave them suspended unnoticed:
-// ResumeAll at the next start resumes them.
-func (c *Controller) Suspend(pid uint32, gpu int) error {
-	groups, err := c.groups(pid, gpu)
-	if err != nil {
-		return err
-	}
-	if err := c.reg.markSuspended(pid, groups); err != nil {
-		return err
-	}
-	err = c.onGroups(pid, groups, func(f *rmFile, g Group) error {
-		if err := f.schedule(g, false, c.opts.Layout.ScheduleSize); err != nil {
-			return err
-		}
-		c.reg.setGroup(pid, g, func(o *object) { o.Disabled = true })
-		return f.preempt(g)
-	})
-	if errors.Is(err, ErrProcessExited) {
-		c.reg.Forget(pid)
-		_ = c.reg.Save()
-	}
-	return err
-}
-
-// Resume schedules pid's channel groups on GPU gpu again
-// (GPFIFO_SCHEDULE{bEnable=1}) and forgets that they were suspended.
-func (c *Controller) Resume(pid uint32, gpu int) error {
-	groups, err := c.groups(pid, gpu)
-	if err != nil {
-		return err
-	}
-	err = c.onGroups(pid, groups, func(f *rmFile, g Group) error {
-		if err := f.schedule(g, true, c.opts.Layout.ScheduleSize); err != nil {
-			return err
-		}
-		c.reg.setGroup(pid, g, func(o *object) { o.Disabled = false })
-		return nil
-	})
-	if errors.Is(err, ErrProcessExited) {
-		// Nothing left to resume.
-		c.reg.Forget(pid)
-		return errors.Join(err, c.reg.Save())
-	}
-	if err == nil {
-		err = c.reg.clearSuspended(pid, groups)
-	}
-	return err
-}
-
-// ResumeAll resumes every channel group the registry holds suspended: at
-// start, those a previous run left behind; at a clean exit, its own. It
-// returns the errors of the groups it could not resume; a process that
-// exited meanwhile is not an error.
-func (c *Controller) ResumeAll() error {
-	byPID := map[uint32][]Group{}
-	starts := map[uint32]uint64{}
-	for _, s := range c.reg.Suspended() {
-		byPID[s.PID] = append(byPID[s.PID], s.Group)
-		starts[s.PID] = s.StartTime
-	}
-	var errs []error
-	for pid, groups := range byPID {
-		err := c.onGroupsOf(pid, starts[pid], groups, func(f *rmFile, g Group) error {
-			return f.schedule(g, true, c.opts.Layout.ScheduleSize)
-		})
-		switch {
-		case errors.Is(err, ErrProcessExited):
-			c.reg.Forget(pid)
-		case err != nil:
-			errs = append(errs, fmt.Errorf("resume process %d: %w", pid, err))
-			continue
-		}
-		if err := c.reg.clearSuspended(pid, groups); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Follow keeps Arbiter's settings on a process after the registry applied
 // an event: a new channel group, or the process setting its own timeslice
 // (CUDA applies the node's compute policy to its TSGs), gets the timeslice
@@ -336,173 +261,6 @@ func (c *Controller) groups(pid uint32, gpu int) ([]Group, error) {
 	return groups, nil
 }
 
-// onGroups runs fn on each group through pid's control files (one
-// duplicate per client descriptor), on one worker goroutine so that the
-// caller gets control back if the driver does not answer: each ioctl may
-// take up to Timeout, after which the caller gets ErrCallTimeout, and the
-// worker stops at the stuck call and closes the duplicates once the driver
-// returns. One worker per operation rather than per ioctl: a thread
-// hand-off costs a futex wake-up, microseconds on a virtualized host, and
-// a suspend is several controls in a row.
-func (c *Controller) onGroups(pid uint32, groups []Group, fn func(*rmFile, Group) error) error {
-	start, err := c.reg.startTime(pid)
-	if err != nil {
-		return err
-	}
-	return c.onGroupsOf(pid, start, groups, fn)
-}
-
-// onGroupsOf is onGroups for a process known by its start time, which a
-// suspension record carries even where the registry lost the process.
-func (c *Controller) onGroupsOf(pid uint32, start uint64, groups []Group, fn func(*rmFile, Group) error) error {
-	w := &callWatch{base: time.Now()}
-	done := make(chan error, 1)
-	go func() { done <- c.runGroups(pid, start, groups, fn, w) }()
-	t := time.NewTimer(c.opts.Timeout)
-	defer t.Stop()
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-t.C:
-			inFlight := w.inFlight()
-			if inFlight >= c.opts.Timeout {
-				w.abandoned.Store(true)
-				return fmt.Errorf("nvrm: process %d: driver call still running after %v: %w", pid, c.opts.Timeout, ErrCallTimeout)
-			}
-			t.Reset(c.opts.Timeout - inFlight)
-		}
-	}
-}
-
-// runGroups is onGroups' worker.
-func (c *Controller) runGroups(pid uint32, start uint64, groups []Group, fn func(*rmFile, Group) error, w *callWatch) error {
-	files := map[int32]*rmFile{}
-	defer func() {
-		for _, f := range files {
-			f.close()
-		}
-	}()
-	for _, g := range groups {
-		f := files[g.FD]
-		if f == nil {
-			var err error
-			if f, err = c.open(pid, start, g.FD); err != nil {
-				return err
-			}
-			f.watch = w
-			files[g.FD] = f
-		}
-		if err := fn(f, g); err != nil {
-			return fmt.Errorf("nvrm: process %d, channel group %#x: %w", pid, g.Handle, err)
-		}
-	}
-	return nil
-}
-
-// callWatch lets the waiting caller see how long the worker's current
-// ioctl has run, without a hand-off per call.
-type callWatch struct {
-	base time.Time
-	// started is when the ioctl in flight started (ns after base, +1),
-	// 0 between calls.
-	started atomic.Int64
-	// abandoned is set when the caller gave up: the worker issues no
-	// further calls.
-	abandoned atomic.Bool
-}
-
-// inFlight returns how long the current ioctl has run, 0 if none runs.
-func (w *callWatch) inFlight() time.Duration {
-	s := w.started.Load()
-	if s == 0 {
-		return 0
-	}
-	return time.Since(w.base) - time.Duration(s-1)
-}
-
-// rmFile is a duplicate of a process's control file, owned by one
-// Controller operation's worker.
-type rmFile struct {
-	fd     int
-	accept syscall.Errno
-	// sys issues the ioctl; tests replace it.
-	sys func(fd int, req uint32, arg unsafe.Pointer) syscall.Errno
-	// watch, where set, tells the waiting caller about calls in flight.
-	watch *callWatch
-	// preemptUs is the timeout sent with PREEMPT.
-	preemptUs uint32
-}
-
-// open duplicates descriptor fd of process pid (started at start), through
-// a pidfd that pins the process: a pid reused after an exit is refused
-// rather than controlled.
-func (c *Controller) open(pid uint32, start uint64, fd int32) (*rmFile, error) {
-	pidfd, err := c.pidfd(pid, start)
-	if err != nil {
-		return nil, err
-	}
-	dup, err := unix.PidfdGetfd(pidfd, int(fd), 0)
-	switch {
-	case errors.Is(err, unix.ESRCH):
-		c.dropPidfd(pid)
-		return nil, fmt.Errorf("nvrm: process %d: %w", pid, ErrProcessExited)
-	case errors.Is(err, unix.EBADF):
-		return nil, fmt.Errorf("nvrm: process %d descriptor %d: %w (closed since traced)", pid, fd, ErrNotControlFile)
-	case errors.Is(err, unix.EPERM):
-		return nil, fmt.Errorf("nvrm: pidfd_getfd process %d descriptor %d: %w (needs root or CAP_SYS_PTRACE, and Yama ptrace_scope below 3)", pid, fd, err)
-	case err != nil:
-		return nil, fmt.Errorf("nvrm: pidfd_getfd process %d descriptor %d: %w", pid, fd, err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(dup, &st); err != nil {
-		unix.Close(dup)
-		return nil, fmt.Errorf("nvrm: fstat process %d descriptor %d: %w", pid, fd, err)
-	}
-	got := MkRdev(unix.Major(st.Rdev), unix.Minor(st.Rdev))
-	if st.Mode&unix.S_IFMT != unix.S_IFCHR || got != c.opts.ControlRdev {
-		unix.Close(dup)
-		return nil, fmt.Errorf("nvrm: process %d descriptor %d is %s, want char %s: %w", pid, fd, got, c.opts.ControlRdev, ErrNotControlFile)
-	}
-	return &rmFile{fd: dup, accept: c.opts.AcceptErrno, sys: c.sys, preemptUs: uint32(c.opts.PreemptTimeout / time.Microsecond)}, nil
-}
-
-// pidfd returns the cached pidfd of pid, opening and checking it first.
-func (c *Controller) pidfd(pid uint32, start uint64) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.pidfds[pid]; ok && e.start == start {
-		return e.fd, nil
-	} else if ok {
-		unix.Close(e.fd)
-		delete(c.pidfds, pid)
-	}
-	fd, err := unix.PidfdOpen(int(pid), unix.PIDFD_NONBLOCK)
-	if err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return -1, fmt.Errorf("nvrm: process %d: %w", pid, ErrProcessExited)
-		}
-		return -1, fmt.Errorf("nvrm: pidfd_open %d: %w", pid, err)
-	}
-	// The pidfd now names one process; check it is the one traced.
-	if now := c.reg.opts.StartTime(pid); now == 0 || (start != 0 && now != start) {
-		unix.Close(fd)
-		return -1, fmt.Errorf("nvrm: process %d: %w (pid reused)", pid, ErrProcessExited)
-	}
-	c.pidfds[pid] = pidfdEntry{fd: fd, start: start}
-	return fd, nil
-}
-
-// dropPidfd closes pid's cached pidfd.
-func (c *Controller) dropPidfd(pid uint32) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.pidfds[pid]; ok {
-		unix.Close(e.fd)
-		delete(c.pidfds, pid)
-	}
-}
-
 // Close releases the controller's pidfds. It does not resume anything:
 // call ResumeAll first on a clean exit.
 func (c *Controller) Close() error {
@@ -515,66 +273,6 @@ func (c *Controller) Close() error {
 	return nil
 }
 
-// close closes the duplicate.
-func (f *rmFile) close() { unix.Close(f.fd) }
-
-// control issues RM_CONTROL cmd on group g with params of size bytes and
-// returns the driver's status as an error. It never issues
-// GET_INTERLEAVE_LEVEL, which no driver exports.
-func (f *rmFile) control(g Group, cmd Control, params unsafe.Pointer, size uint32) error {
-	if cmd == CtrlGetInterleaveLevel {
-		return fmt.Errorf("%s: %w: no driver exports it; the registry records the level set", cmd, ErrNotSupported)
-	}
-	req := &NVOS54{HClient: g.Client, HObject: g.Handle, Cmd: uint32(cmd), Params: uint64(uintptr(params)), ParamsSize: size}
-	if err := f.ioctl(ReqRMControl, unsafe.Pointer(req), params); err != nil {
-		return fmt.Errorf("%s: %w", cmd, err)
-	}
-	if err := Status(req.Status).Err(); err != nil {
-		return fmt.Errorf("%s: %w", cmd, err)
-	}
-	return nil
-}
-
-func (f *rmFile) setTimeslice(g Group, us uint64) error {
-	p := TimesliceParams{TimesliceUs: us}
-	return f.control(g, CtrlSetTimeslice, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p)))
-}
-
-// preempt takes g off the GPU, waiting for it (bWait) up to the
-// controller's PREEMPT timeout, which it sends explicitly.
-func (f *rmFile) preempt(g Group) error {
-	p := PreemptParams{BWait: 1, BManualTimeout: 1, TimeoutUs: f.preemptUs}
-	return f.control(g, CtrlPreempt, unsafe.Pointer(&p), uint32(unsafe.Sizeof(p)))
-}
-
-func (f *rmFile) schedule(g Group, enable bool, size uint32) error {
-	p := ScheduleParams{}
-	if enable {
-		p.BEnable = 1
-	}
-	return f.control(g, CtrlGPFIFOSchedule, unsafe.Pointer(&p), size)
-}
-
-// ioctl runs one ioctl on the duplicate. params is the memory the
-// request points to, kept alive across the call.
-func (f *rmFile) ioctl(req uint32, arg, params unsafe.Pointer) error {
-	if f.watch != nil {
-		if f.watch.abandoned.Load() {
-			return ErrCallTimeout
-		}
-		f.watch.started.Store(int64(time.Since(f.watch.base)) + 1)
-		defer f.watch.started.Store(0)
-	}
-	e := f.sys(f.fd, req, arg)
-	runtime.KeepAlive(params)
-	if e != 0 && (f.accept == 0 || e != f.accept) {
-		return os.NewSyscallError("ioctl", e)
-	}
-	return nil
-}
-
-// sysIoctl is the ioctl system call.
-func sysIoctl(fd int, req uint32, arg unsafe.Pointer) syscall.Errno {
-	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg))
-	return e
-}
+// explainInvalidClient is where an operation's NV_ERR_INVALID_CLIENT is
+// explained; for now it returns err unchanged.
+func (c *Controller) explainInvalidClient(_ uint32, err error) error { return err }

@@ -309,7 +309,7 @@ func TestPreemptManualTimeout(t *testing.T) {
 	} {
 		c, self := selfWithGroups(t, tc.opts)
 		calls := recordCalls(c, nil)
-		if err := c.Suspend(self, -1); err != nil {
+		if _, err := c.SuspendWith(self, -1, &SuspendOptions{Method: SuspendSchedule}); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		n := 0

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-arbiter/arbiter/internal/rmstandin"
 	"github.com/gpu-arbiter/arbiter/internal/testenv"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
@@ -60,10 +61,11 @@ func TestGPUValidate(t *testing.T) {
 func TestGPUValidateStandin(t *testing.T) {
 	testenv.Privileged(t)
 	bin, ctl := buildStandin(t)
+	drv := rmstandin.NewDriver(true) // a GSP GPU: both suspend methods work
 	cfg := gpuConfig{
-		victim:        []string{bin, ctl, "--spin"},
+		victim:        []string{bin, ctl, "--spin", rmstandin.ChannelsFlag},
 		tracer:        TracerOptions{ControlRdev: standinRdev, AcceptErrno: unix.ENOTTY},
-		controller:    ControllerOptions{Layout: mustLayout(t, "575.51.03"), ControlRdev: standinRdev, AcceptErrno: unix.ENOTTY},
+		controller:    ControllerOptions{Layout: mustLayout(t, "575.51.03"), ControlRdev: standinRdev, AcceptErrno: unix.ENOTTY, Respond: drv.Answer},
 		trials:        2,
 		stopLimit:     50 * time.Millisecond,
 		variantTrials: 1,
@@ -74,7 +76,11 @@ func TestGPUValidateStandin(t *testing.T) {
 		"| 1 | rm_alloc |",
 		"channel-group | graphics |",
 		"channel group 0x5c000003 engine graphics, 1 channels, timeslice 2000 by \"process\"",
-		"| 0x5c000003 | graphics | SET_TIMESLICE | 1000 µs | NV_OK |",
+		"### Suspend (disable-channels: FIFO_DISABLE_CHANNELS on the process's subdevice) and resume, all groups",
+		"- steps: [{GPU:0 Method:disable-channels Groups:2 FellBack:false} {GPU:1 Method:disable-channels Groups:1 FellBack:false}]",
+		"### Suspend (schedule: GPFIFO_SCHEDULE{0} + PREEMPT{bWait, manual timeout} per group) and resume, all groups",
+		"| FIFO_DISABLE_CHANNELS | 8 |",
+		"| 0x5c000003 | graphics | SET_TIMESLICE | 1000 µs | NV_OK | 1000 µs |",
 		"| 0x5c000011 | graphics | SET_INTERLEAVE_LEVEL | high | NV_OK | high (registry) |",
 		"| 0x5c000005 | copy0 | SET_INTERLEAVE_LEVEL | medium | NV_OK | medium (registry) |",
 		"### Controls Arbiter issued",
@@ -93,10 +99,16 @@ func TestGPUValidateStandin(t *testing.T) {
 	if strings.Contains(report, "GET_INTERLEAVE_LEVEL") {
 		t.Errorf("the procedure issued GET_INTERLEAVE_LEVEL")
 	}
+	for _, c := range drv.Calls() {
+		if Control(c.Cmd) == CtrlGetInterleaveLevel {
+			t.Errorf("the procedure issued GET_INTERLEAVE_LEVEL")
+		}
+	}
 	// The CPU "kernel" never stops; on a loaded machine its thread may
 	// still stall 20 ms and pass for stopped in a trial, so require the
-	// failure in at least one of the two, and no other failure.
-	if len(failures) == 0 || len(failures) > 2 {
+	// failure in at least one of the two trials of each method, and no
+	// other failure.
+	if len(failures) < 2 || len(failures) > 4 {
 		t.Errorf("failures: %q", failures)
 	}
 	for _, f := range failures {
@@ -339,62 +351,90 @@ func validateGPU(t *testing.T, cfg gpuConfig) (string, []string) {
 		}
 		return last, false
 	}
+	// Each suspend method on its own, timed: FIFO_DISABLE_CHANNELS (one
+	// RPC per GPU, GSP only) and the per-group controls.
 	type sample struct{ call, stop, resumeCall, restart time.Duration }
-	var samples []sample
-	for i := range cfg.trials {
-		_, c := progress()
-		if _, ok := waitProgress(c, time.Second); !ok {
-			failures = append(failures, fmt.Sprintf("trial %d: victim not running before suspend", i))
-			break
-		}
-		t0 := time.Now()
-		err := ctrl.Suspend(pid, -1)
-		t1 := time.Now()
-		if err != nil {
-			failures = append(failures, fmt.Sprintf("trial %d: Suspend: %s", i, status(err)))
-			_ = ctrl.Resume(pid, -1)
-			break
-		}
-		last, stopped := lastProgress(t0, 20*time.Millisecond, cfg.stopLimit)
-		if !stopped {
-			failures = append(failures, fmt.Sprintf("trial %d: kernel still running %v after Suspend", i, cfg.stopLimit))
-		}
-		_, c = progress()
-		t2 := time.Now()
-		err = ctrl.Resume(pid, -1)
-		t3 := time.Now()
-		if err != nil {
-			failures = append(failures, fmt.Sprintf("trial %d: Resume: %s", i, status(err)))
-			break
-		}
-		again, ok := waitProgress(c, 2*time.Second)
-		if !ok {
-			failures = append(failures, fmt.Sprintf("trial %d: kernel did not restart within 2 s of Resume", i))
-			break
-		}
-		samples = append(samples, sample{t1.Sub(t0), last.Sub(t0), t3.Sub(t2), again.Sub(t2)})
-	}
-	md.WriteString("\n### Suspend (GPFIFO_SCHEDULE{0} + PREEMPT{bWait}) and resume, all groups\n\n")
-	fmt.Fprintf(&md, "%d of %d trials completed. Stop latency: from the Suspend call to the victim's last observed progress (polled with process_vm_readv); restart: from the Resume call to its first progress.\n\n", len(samples), cfg.trials)
-	md.WriteString("| measure | p50 | p99 | max |\n|---|---|---|---|\n")
-	for _, m := range []struct {
+	for _, method := range []struct {
+		m    SuspendMethod
 		name string
-		get  func(sample) time.Duration
 	}{
-		{"Suspend call", func(s sample) time.Duration { return s.call }},
-		{"kernel stopped after", func(s sample) time.Duration { return s.stop }},
-		{"Resume call", func(s sample) time.Duration { return s.resumeCall }},
-		{"kernel restarted after", func(s sample) time.Duration { return s.restart }},
+		{SuspendDisableChannels, "FIFO_DISABLE_CHANNELS on the process's subdevice"},
+		{SuspendSchedule, "GPFIFO_SCHEDULE{0} + PREEMPT{bWait, manual timeout} per group"},
 	} {
-		var v []time.Duration
-		for _, s := range samples {
-			v = append(v, m.get(s))
+		var samples []sample
+		var notes, failed []string
+		opts := &SuspendOptions{Method: method.m}
+		for i := range cfg.trials {
+			_, c := progress()
+			if _, ok := waitProgress(c, time.Second); !ok {
+				failed = append(failed, fmt.Sprintf("%s trial %d: victim not running before suspend", method.m, i))
+				break
+			}
+			t0 := time.Now()
+			steps, err := ctrl.SuspendWith(pid, -1, opts)
+			t1 := time.Now()
+			if errors.Is(err, ErrNotSupported) && method.m == SuspendDisableChannels {
+				// Expected of a GPU without GSP firmware.
+				notes = append(notes, fmt.Sprintf("not supported here: %s", status(err)))
+				_ = ctrl.Resume(pid, -1)
+				break
+			}
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s trial %d: Suspend: %s", method.m, i, status(err)))
+				_ = ctrl.Resume(pid, -1)
+				break
+			}
+			if i == 0 {
+				notes = append(notes, fmt.Sprintf("steps: %+v", steps))
+			}
+			last, stopped := lastProgress(t0, 20*time.Millisecond, cfg.stopLimit)
+			if !stopped {
+				failed = append(failed, fmt.Sprintf("%s trial %d: kernel still running %v after Suspend", method.m, i, cfg.stopLimit))
+			}
+			_, c = progress()
+			t2 := time.Now()
+			err = ctrl.Resume(pid, -1)
+			t3 := time.Now()
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s trial %d: Resume: %s", method.m, i, status(err)))
+				break
+			}
+			again, ok := waitProgress(c, 2*time.Second)
+			if !ok {
+				failed = append(failed, fmt.Sprintf("%s trial %d: kernel did not restart within 2 s of Resume", method.m, i))
+				break
+			}
+			samples = append(samples, sample{t1.Sub(t0), last.Sub(t0), t3.Sub(t2), again.Sub(t2)})
 		}
-		p50, p99, max := percentiles(v)
-		fmt.Fprintf(&md, "| %s | %v | %v | %v |\n", m.name, p50, p99, max)
-	}
-	for _, f := range failures {
-		fmt.Fprintf(&md, "\n- FAILED %s", f)
+		fmt.Fprintf(&md, "\n### Suspend (%s: %s) and resume, all groups\n\n", method.m, method.name)
+		fmt.Fprintf(&md, "%d of %d trials completed. Stop latency: from the Suspend call to the victim's last observed progress (polled with process_vm_readv); restart: from the Resume call to its first progress.\n\n", len(samples), cfg.trials)
+		for _, n := range notes {
+			fmt.Fprintf(&md, "- %s\n", strings.ReplaceAll(n, "|", "/"))
+		}
+		md.WriteString("\n| measure | p50 | p99 | max |\n|---|---|---|---|\n")
+		for _, m := range []struct {
+			name string
+			get  func(sample) time.Duration
+		}{
+			{"Suspend call", func(s sample) time.Duration { return s.call }},
+			{"kernel stopped after", func(s sample) time.Duration { return s.stop }},
+			{"Resume call", func(s sample) time.Duration { return s.resumeCall }},
+			{"kernel restarted after", func(s sample) time.Duration { return s.restart }},
+		} {
+			var v []time.Duration
+			for _, s := range samples {
+				v = append(v, m.get(s))
+			}
+			p50, p99, max := percentiles(v)
+			fmt.Fprintf(&md, "| %s | %v | %v | %v |\n", m.name, p50, p99, max)
+		}
+		for _, f := range failed {
+			fmt.Fprintf(&md, "\n- FAILED %s", f)
+		}
+		if len(failed) > 0 {
+			md.WriteString("\n")
+		}
+		failures = append(failures, failed...)
 	}
 
 	// 4. The unknowns: does disabling alone evict a resident group? Does

@@ -184,11 +184,11 @@ func TestRegistryStateFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, _ := r.Groups(100, 0)
-	if err := r.markSuspended(100, g[:1]); err != nil {
+	if err := r.markSuspended(r.suspensionRecords(100, g[:1])); err != nil {
 		t.Fatal(err)
 	}
 	g3, _ := r.Groups(300, 0)
-	if err := r.markSuspended(300, g3[:1]); err != nil {
+	if err := r.markSuspended(r.suspensionRecords(300, g3[:1])); err != nil {
 		t.Fatal(err)
 	}
 	// 200 exits while the daemon is down; 300's pid is reused.
@@ -280,7 +280,7 @@ func FuzzRegistryState(f *testing.F) {
 	r, _ := NewRegistry(&RegistryOptions{StatePath: seed, StartTime: func(uint32) uint64 { return 1 }})
 	applyAll(r, cudaContext(1, 3, 0xC1D00001, 0))
 	g, _ := r.Groups(1, 0)
-	_ = r.markSuspended(1, g)
+	_ = r.markSuspended(r.suspensionRecords(1, g))
 	b, _ := os.ReadFile(seed)
 	f.Add(b)
 	f.Add([]byte(`{"version":1}`))
@@ -383,7 +383,7 @@ func TestSuspendedRecord(t *testing.T) {
 		r.suspended = map[groupKey]SuspendedGroup{}
 		r.mu.Unlock()
 		for pid := 1; pid <= n; pid++ {
-			if err := r.markSuspended(uint32(pid), all[pid-1][:1]); err != nil {
+			if err := r.markSuspended(r.suspensionRecords(uint32(pid), all[pid-1][:1])); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -47,11 +47,11 @@ func buildStandin(t testing.TB) (bin, ctl string) {
 	return bin, ctl
 }
 
-// startStandin runs the stand-in and waits until it issued its context's
-// calls.
-func startStandin(t testing.TB, bin, ctl string) *standin {
+// startStandin runs the stand-in (with args, e.g. rmstandin.ChannelsFlag)
+// and waits until it issued its context's calls.
+func startStandin(t testing.TB, bin, ctl string, args ...string) *standin {
 	t.Helper()
-	cmd := exec.Command(bin, ctl)
+	cmd := exec.Command(bin, append([]string{ctl}, args...)...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +141,18 @@ func standinContext(pid uint32, fd int32) []string {
 		wantRM(trace.KindRMControl, pid, trace.RM{FD: fd, Client: rmstandin.Client, Object: rmstandin.GroupGR, Cmd: uint32(CtrlGPFIFOSchedule), Value: 1}),
 		wantRM(trace.KindRMControl, pid, trace.RM{FD: fd, Client: rmstandin.Client, Object: rmstandin.GroupCE, Cmd: uint32(CtrlGPFIFOSchedule), Value: 1}),
 	}
+}
+
+// standinChannelsContext is standinContext of a stand-in started with
+// rmstandin.ChannelsFlag: a channel in each group, a subdevice on device 1.
+func standinChannelsContext(pid uint32, fd int32) []string {
+	all := standinContext(pid, fd)
+	extra := []string{
+		wantRM(trace.KindRMAlloc, pid, trace.RM{FD: fd, Client: rmstandin.Client, Parent: rmstandin.GroupCE, Object: rmstandin.ChannelCE, Class: 0xC86F}),
+		wantRM(trace.KindRMAlloc, pid, trace.RM{FD: fd, Client: rmstandin.Client, Parent: rmstandin.Device1, Object: rmstandin.Subdevice1, Class: 0x2080}),
+		wantRM(trace.KindRMAlloc, pid, trace.RM{FD: fd, Client: rmstandin.Client, Parent: rmstandin.GroupGR1, Object: rmstandin.ChannelGR1, Class: 0xC86F}),
+	}
+	return append(all[:8:8], append(extra, all[8:]...)...)
 }
 
 func assertEvents(t *testing.T, got []trace.Event, want []string) {

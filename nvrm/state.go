@@ -47,11 +47,21 @@ type stateProcess struct {
 
 // SuspendedGroup is a channel group Arbiter disabled and has not yet
 // resumed. It is written to the state file before the group is disabled,
-// so that a crash between the two leaves a record the next start acts on.
+// so that a crash between the two leaves a record the next start acts on;
+// it holds all that resuming needs, even where the registry lost the
+// process's tree.
 type SuspendedGroup struct {
 	PID       uint32 `json:"pid"`
 	StartTime uint64 `json:"start_time"`
 	Group     Group  `json:"group"`
+	// Method is how the group was (or is being) taken off the GPU, which
+	// says how to undo it: SuspendDisableChannels re-enables the group's
+	// channels on Subdevice, anything else (SuspendSchedule, or none in
+	// records of earlier versions) schedules the group again.
+	Method SuspendMethod `json:"method,omitempty"`
+	// Subdevice is the process's subdevice that FIFO_DISABLE_CHANNELS
+	// went to.
+	Subdevice uint32 `json:"subdevice,omitempty"`
 }
 
 // Save writes the registry to its state file, if it has one, atomically:
@@ -255,21 +265,45 @@ func (r *Registry) alive(pid uint32, start uint64) bool {
 	return now != 0 && (start == 0 || now == start)
 }
 
-// markSuspended records groups as suspended and saves the record before
-// the caller disables them.
-func (r *Registry) markSuspended(pid uint32, groups []Group) error {
+// markSuspended records groups as suspended (again, where a record's
+// method changed) and saves the records before the caller disables them.
+func (r *Registry) markSuspended(recs []SuspendedGroup) error {
 	r.mu.Lock()
-	p := r.procs[pid]
-	var start uint64
-	if p != nil {
-		start = p.start
-	}
-	for _, g := range groups {
-		g.Suspended = true
-		r.suspended[groupKey{pid, g.Client, g.Handle}] = SuspendedGroup{PID: pid, StartTime: start, Group: g}
+	for _, s := range recs {
+		s.Group.Suspended = true
+		r.suspended[groupKey{s.PID, s.Group.Client, s.Group.Handle}] = s
 	}
 	r.mu.Unlock()
 	return r.saveSuspended()
+}
+
+// suspensionRecords returns records of pid's groups suspended with the
+// per-group controls (SuspendSchedule).
+func (r *Registry) suspensionRecords(pid uint32, groups []Group) []SuspendedGroup {
+	r.mu.Lock()
+	var start uint64
+	if p := r.procs[pid]; p != nil {
+		start = p.start
+	}
+	r.mu.Unlock()
+	out := make([]SuspendedGroup, len(groups))
+	for i, g := range groups {
+		out[i] = SuspendedGroup{PID: pid, StartTime: start, Group: g, Method: SuspendSchedule}
+	}
+	return out
+}
+
+// suspendedOf returns pid's suspension records, by client and group.
+func (r *Registry) suspendedOf(pid uint32) map[[2]uint32]SuspendedGroup {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[[2]uint32]SuspendedGroup{}
+	for k, s := range r.suspended {
+		if k.PID == pid {
+			out[[2]uint32{k.Client, k.Group}] = s
+		}
+	}
+	return out
 }
 
 // clearSuspended forgets groups once resumed, and saves.

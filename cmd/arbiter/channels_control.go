@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -134,20 +135,35 @@ what "channels list" knows.`,
 // newChannelsSuspendCmd builds `arbiter channels suspend PID`.
 func newChannelsSuspendCmd(o *channelsOptions) *cobra.Command {
 	var hold time.Duration
+	var methodName string
 	cmd := &cobra.Command{
 		Use:   "suspend PID",
 		Short: "Take a process's channel groups off the GPU until interrupted",
-		Long: `Suspend disables scheduling of the process's channel groups
-(GPFIFO_SCHEDULE{0}) and preempts them off the GPU (PREEMPT, waiting), holds
-them suspended until Ctrl-C, SIGTERM or --for elapses, then resumes them.
-Arbiter never leaves a process suspended: the suspension is recorded in the
-state directory before the first control, so if this command is killed the
-next arbiter command or daemon start resumes the process.`,
+		Long: `Suspend takes the process's channel groups off the GPU and keeps them off
+until Ctrl-C, SIGTERM or --for elapses, then resumes them. --method chooses
+how:
+
+  disable-channels  FIFO_DISABLE_CHANNELS on the process's own subdevice,
+                    listing its channels: one driver call per GPU, which
+                    preempts them; GSP GPUs only (H100, H200, ...)
+  schedule          GPFIFO_SCHEDULE{0} then PREEMPT (waiting) on each group
+  auto              disable-channels where the GPU answers it and every
+                    channel was traced, else schedule (the default)
+
+Every group is tried even where one fails; the errors are reported
+together. Arbiter never leaves a process suspended: the suspension is
+recorded in the state directory before the first control, so if this
+command is killed the next arbiter command or daemon start resumes the
+process.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pid, err := parsePID(args[0])
 			if err != nil {
 				return err
+			}
+			method, err := nvrm.ParseSuspendMethod(methodName)
+			if err != nil {
+				return fmt.Errorf("--method %q: want auto, schedule or disable-channels", methodName)
 			}
 			k, err := o.controlKeeper(cmd.ErrOrStderr(), "controlling another process's channels")
 			if err != nil {
@@ -157,10 +173,12 @@ next arbiter command or daemon start resumes the process.`,
 			c := k.Controller()
 			out := cmd.OutOrStdout()
 			start := time.Now()
-			if err := c.Suspend(pid, o.gpu); err != nil {
+			steps, err := c.SuspendWith(pid, o.gpu, &nvrm.SuspendOptions{Method: method})
+			if err != nil {
+				// Close resumes whatever took effect, from the records.
 				return explain(pid, err)
 			}
-			fmt.Fprintf(out, "process %d suspended in %v\n", pid, time.Since(start).Round(time.Microsecond))
+			fmt.Fprintf(out, "process %d suspended in %v (%s)\n", pid, time.Since(start).Round(time.Microsecond), suspendSteps(steps))
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
@@ -183,7 +201,27 @@ next arbiter command or daemon start resumes the process.`,
 	}
 	cmd.Flags().IntVar(&o.gpu, "gpu", -1, "only the channel groups on this GPU (device instance); all when negative")
 	cmd.Flags().DurationVar(&hold, "for", 0, "resume after this long (default: hold until interrupted)")
+	cmd.Flags().StringVar(&methodName, "method", nvrm.SuspendAuto.String(), "how: auto, schedule or disable-channels")
 	return cmd
+}
+
+// suspendSteps says how each GPU's groups were suspended, e.g. "GPU 0:
+// disable-channels, 2 groups; GPU 1: schedule (FIFO_DISABLE_CHANNELS not
+// supported), 1 group".
+func suspendSteps(steps []nvrm.SuspendStep) string {
+	parts := make([]string, len(steps))
+	for i, s := range steps {
+		how := s.Method.String()
+		if s.FellBack {
+			how += " (FIFO_DISABLE_CHANNELS not supported)"
+		}
+		noun := "groups"
+		if s.Groups == 1 {
+			noun = "group"
+		}
+		parts[i] = fmt.Sprintf("GPU %d: %s, %d %s", s.GPU, how, s.Groups, noun)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // newChannelsResumeCmd builds `arbiter channels resume PID`.

@@ -63,6 +63,7 @@ func TestChannelsErrors(t *testing.T) {
 		{"zero pid", channelsOptions{}, []string{"resume", "0"}, `PID "0"`, 1},
 		{"bad timeslice", channelsOptions{}, []string{"timeslice", "42", "5ms"}, `MICROSECONDS "5ms"`, 1},
 		{"bad level", channelsOptions{}, []string{"interleave", "42", "max"}, `interleave level "max"`, 1},
+		{"bad method", channelsOptions{}, []string{"suspend", "42", "--method", "preempt"}, `--method "preempt": want auto, schedule or disable-channels`, 1},
 		{"bad format", channelsOptions{}, []string{"list", "--format", "xml"}, `--format "xml"`, 1},
 		{"bad rdev", channelsOptions{haveCaps: all}, []string{"list", "--control", present, "--control-rdev", "x"}, `--control-rdev "x"`, 1},
 		{"driver 530", channelsOptions{haveCaps: all}, append([]string{"timeslice", "42", "100", "--driver-version", "530.41.03"}, keep...),
@@ -227,9 +228,23 @@ func TestChannelsStandin(t *testing.T) {
 		t.Fatalf("timeslice: %v\n%s%s", err, out, errw)
 	}
 	out, errw, err = run(context.Background(), "suspend", fmt.Sprint(pid), "--for", "10ms")
-	if err != nil || !strings.Contains(out, fmt.Sprintf("process %d suspended in", pid)) || !strings.Contains(out, fmt.Sprintf("process %d resumed in", pid)) {
+	if err != nil || !strings.Contains(out, fmt.Sprintf("process %d suspended in", pid)) || !strings.Contains(out, fmt.Sprintf("process %d resumed in", pid)) ||
+		!strings.Contains(out, "(GPU 0: schedule, 2 groups; GPU 1: schedule, 1 group)") {
 		t.Fatalf("suspend: %v\n%s%s", err, out, errw)
 	}
+	// Its copy group's channels were not traced: FIFO_DISABLE_CHANNELS
+	// cannot be named for it; a stand-in with every channel can.
+	_, _, err = run(context.Background(), "suspend", fmt.Sprint(pid), "--method", "disable-channels", "--for", "10ms")
+	if err == nil || !strings.Contains(err.Error(), "FIFO_DISABLE_CHANNELS cannot be used: no channel of channel group 0x5c000005 was traced (use the schedule method)") {
+		t.Fatalf("suspend --method disable-channels: %v", err)
+	}
+	sp2, pid2 := startStandinProcess(t, bin, ctl, rmstandin.ChannelsFlag)
+	out, errw, err = run(context.Background(), "suspend", fmt.Sprint(pid2), "--method", "disable-channels", "--for", "10ms")
+	if err != nil || !strings.Contains(out, fmt.Sprintf("process %d suspended in", pid2)) ||
+		!strings.Contains(out, "(GPU 0: disable-channels, 2 groups; GPU 1: disable-channels, 1 group)") || !strings.Contains(out, fmt.Sprintf("process %d resumed in", pid2)) {
+		t.Fatalf("suspend --method disable-channels: %v\n%s%s", err, out, errw)
+	}
+	sp2.exit(t)
 	out, _, err = run(context.Background(), "list")
 	if err != nil || !strings.Contains(out, "300µs by arbiter") || strings.Contains(out, "suspended") {
 		t.Fatalf("list after control: %v\n%s", err, out)
@@ -272,9 +287,9 @@ type standinProcess struct {
 	fd  int32
 }
 
-func startStandinProcess(t *testing.T, bin, ctl string) (*standinProcess, uint32) {
+func startStandinProcess(t *testing.T, bin, ctl string, args ...string) (*standinProcess, uint32) {
 	t.Helper()
-	cmd := exec.Command(bin, ctl)
+	cmd := exec.Command(bin, append([]string{ctl}, args...)...)
 	in, _ := cmd.StdinPipe()
 	outp, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

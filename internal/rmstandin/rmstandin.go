@@ -3,7 +3,8 @@
 // context (client, device, subdevice, channel groups, a channel, CUDA's
 // own timeslice and scheduling controls) on a stand-in control file, so
 // that the tracer, registry and channel control can be tested end to end
-// on a machine without a GPU.
+// on a machine without a GPU; and a Driver that answers the controls
+// Arbiter issues there as the NVIDIA driver would.
 //
 // The stand-in control file is a character device node for the kernel's
 // /dev/full (1:7), created in a temporary directory. A node with the real
@@ -44,7 +45,17 @@ const (
 	Device1       = 0x5C000010
 	GroupGR1      = 0x5C000011 // compute channel group on device 1
 	CUDATimeslice = 2000       // the timeslice the stand-in sets itself, µs
+
+	// Allocated with --channels only, after the rest: a channel in each
+	// group and a subdevice for device 1, as FIFO_DISABLE_CHANNELS needs.
+	ChannelCE  = 0x5C000006 // under GroupCE
+	Subdevice1 = 0x5C000013 // under Device1
+	ChannelGR1 = 0x5C000012 // under GroupGR1
 )
+
+// ChannelsFlag is the stand-in's argument that allocates the channels and
+// subdevice above.
+const ChannelsFlag = "--channels"
 
 // Build compiles the stand-in program with gcc into dir and returns its path.
 func Build(dir string) (string, error) {

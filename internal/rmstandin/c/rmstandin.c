@@ -10,7 +10,10 @@
 // shared with the Go package, so the two are independent checks of the
 // layout.
 //
-// Usage: rmstandin CONTROL-FILE [--spin]
+// Usage: rmstandin CONTROL-FILE [--spin] [--channels]
+// With --channels, every channel group gets a channel and device 1 a
+// subdevice, as FIFO_DISABLE_CHANNELS needs; without, only the compute
+// group of device 0 has one.
 // Prints "ready FD" once the context's objects are "allocated", then
 // reads commands on stdin: "timeslice US" (a SET_TIMESLICE on the compute
 // channel group, as CUDA issues), "free-copy" (frees the copy-engine
@@ -117,6 +120,9 @@ _Static_assert(sizeof(NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS) == 20, "TSG params
 #define H_TSG_CE 0x5C000005u
 #define H_DEVICE1 0x5C000010u
 #define H_TSG_GR1 0x5C000011u
+#define H_CHANNEL_CE 0x5C000006u
+#define H_CHANNEL_GR1 0x5C000012u
+#define H_SUBDEV1 0x5C000013u
 
 static int ctl;
 
@@ -151,9 +157,17 @@ static void control(uint32_t obj, uint32_t cmd, void *params, uint32_t size)
 
 int main(int argc, char **argv)
 {
-	int spinning = argc == 3 && strcmp(argv[2], "--spin") == 0;
-	if (argc != 2 && !spinning) {
-		fprintf(stderr, "usage: rmstandin CONTROL-FILE [--spin]\n");
+	int spinning = 0, channels = 0;
+	for (int i = 2; i < argc; i++) {
+		if (strcmp(argv[i], "--spin") == 0)
+			spinning = 1;
+		else if (strcmp(argv[i], "--channels") == 0)
+			channels = 1;
+		else
+			argc = 0;
+	}
+	if (argc < 2) {
+		fprintf(stderr, "usage: rmstandin CONTROL-FILE [--spin] [--channels]\n");
 		return 2;
 	}
 	// Another device first, so the control file is not the lowest
@@ -191,6 +205,12 @@ int main(int argc, char **argv)
 	alloc21(H_CLIENT, H_DEVICE1, 0x80, &dev1, sizeof(dev1));
 	NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS tsg1 = {.engineType = 1};
 	alloc21(H_DEVICE1, H_TSG_GR1, 0xA06C, &tsg1, sizeof(tsg1));
+	if (channels) {
+		alloc21(H_TSG_CE, H_CHANNEL_CE, 0xC86F, channel, sizeof(channel));
+		NV2080_ALLOC_PARAMETERS sub1 = {.subDeviceId = 0};
+		alloc21(H_DEVICE1, H_SUBDEV1, 0x2080, &sub1, sizeof(sub1));
+		alloc21(H_TSG_GR1, H_CHANNEL_GR1, 0xC86F, channel, sizeof(channel));
+	}
 
 	// Calls that must not be recorded: one RM refused (status
 	// NV_ERR_INVALID_ARGUMENT), one on another device.
