@@ -197,14 +197,16 @@ func (g *gpu) abortSwitch(now uint64) {
 	g.dispatch(now)
 }
 
-// plan schedules the next decision while running: the kernel's end, the
-// drain's end, or the timeslice's end if someone else is waiting.
+// plan schedules the next decision while running: the end of the head run
+// (the kernels before the stream's next copy; nothing needs deciding
+// between them, see account), the kernel's end while draining, or the
+// timeslice's end if someone else is waiting.
 func (g *gpu) plan(now uint64) {
 	p := g.cur
-	t := now + p.head().left
+	t := now + p.runLeft
 	g.contended = false
 	if g.drain {
-		t = min(t, g.drainEnd)
+		t = min(now+p.head().left, g.drainEnd)
 	} else if g.othersWaiting(p) {
 		g.contended = true
 		ts := p.timeslice
@@ -219,18 +221,31 @@ func (g *gpu) scheduleAt(t uint64) {
 	g.s.schedule(event{t: t, kind: evGPU, id: int32(g.idx), gen: g.gen})
 }
 
-// account charges the running kernel for the time since the last account.
+// account charges the running kernels for the time since the last
+// account. Kernels of the head run that ended before now are completed on
+// the way (their completions change nothing another process could see:
+// the next one is a kernel of the same stream); the last one to end is
+// left at the head with no work left, for onEvent to complete.
 func (g *gpu) account(now uint64) {
 	if g.state != gRun || now <= g.since {
 		return
 	}
 	el := now - g.since
-	h := g.cur.head()
-	el = min(el, h.left)
-	h.left -= el
-	g.cur.st.GPUTime += el
-	g.st.Busy += el
 	g.since = now
+	p := g.cur
+	for {
+		h := p.head()
+		w := min(el, h.left)
+		h.left -= w
+		p.runLeft -= w
+		p.st.GPUTime += w
+		g.st.Busy += w
+		el -= w
+		if el == 0 || h.left > 0 || g.drain || !p.nextIsKernel() {
+			return
+		}
+		g.complete(p, now)
+	}
 }
 
 // onEvent is a decision point of the compute engine.
@@ -413,15 +428,27 @@ func (g *gpu) spatialAdvance(now uint64) {
 	g.st.Busy += el
 	work := uint64(math.Round(float64(el) / (1 + g.s.cfg.slowdown*float64(k-1))))
 	for _, p := range g.running {
-		h := p.head()
-		w := min(work, h.left)
-		h.left -= w
-		p.st.GPUTime += w
+		// As in account: kernels of the head run that ended on the way are
+		// completed, the last one is left for spatialReplan.
+		w := work
+		for {
+			h := p.head()
+			x := min(w, h.left)
+			h.left -= x
+			p.runLeft -= x
+			p.st.GPUTime += x
+			w -= x
+			if w == 0 || h.left > 0 || !p.nextIsKernel() {
+				break
+			}
+			g.complete(p, now)
+		}
 	}
 }
 
 // spatialReplan completes finished kernels, recomputes the co-running set
-// and schedules the next completion.
+// and schedules the next change to it: the end of the first head run to
+// finish.
 func (g *gpu) spatialReplan(now uint64) {
 	g.spatialAdvance(now)
 	for _, p := range g.running {
@@ -450,7 +477,7 @@ func (g *gpu) spatialReplan(now uint64) {
 	rate := 1 / (1 + g.s.cfg.slowdown*float64(len(g.running)-1))
 	next := uint64(math.MaxUint64)
 	for _, p := range g.running {
-		next = min(next, uint64(math.Ceil(float64(p.head().left)/rate)))
+		next = min(next, uint64(math.Ceil(float64(p.runLeft)/rate)))
 	}
 	g.scheduleAt(now + max(next, 1))
 }

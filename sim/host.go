@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpu-arbiter/arbiter/engine"
@@ -15,7 +16,8 @@ type OpKind uint8
 // Host operations.
 const (
 	// OpKernel launches a kernel that runs Dur ns on an otherwise idle GPU
-	// (asynchronous: the host continues at once).
+	// (asynchronous: the host continues at once); with Durs set, one
+	// kernel per element of Durs instead, in order, at the same instant.
 	OpKernel OpKind = iota + 1
 	// OpCopy queues a copy of Bytes in direction Dir on the stream
 	// (asynchronous). Its duration is CopyLatency + Bytes/CopyBandwidth, or
@@ -44,6 +46,11 @@ type Op struct {
 	At    uint64
 	Bytes uint64
 	Dir   trace.CopyDir
+	// Durs, with OpKernel, launches several kernels at once: a program
+	// that issues a burst of launches hands it over in one call rather
+	// than one call per kernel. The slice stays the program's; the
+	// simulator reads it before calling Next again.
+	Durs []uint64
 }
 
 // Program is a simulated process's host program. Next is called whenever
@@ -67,11 +74,10 @@ const (
 
 // item is one operation queued on a stream.
 type item struct {
-	kind  OpKind // OpKernel or OpCopy
-	dur   uint64 // kernel: exclusive duration; copy: modelled duration
-	left  uint64 // kernel work left (ns of exclusive time)
-	bytes uint64
-	dir   trace.CopyDir
+	kind OpKind // OpKernel or OpCopy
+	dir  trace.CopyDir
+	dur  uint64 // kernel: exclusive duration; copy: modelled duration
+	left uint64 // kernel work left (ns of exclusive time)
 }
 
 // proc is a simulated process: host state, stream, channel group.
@@ -88,6 +94,14 @@ type proc struct {
 	q       []item
 	qh      int
 	kernels int // kernels queued on the stream (running one included)
+	// The head run is the kernels from the head of the stream up to its
+	// first copy: the compute engine runs them back to back without a
+	// decision in between unless something else happens, so it schedules
+	// one event for the whole run. runLeft is the work left in it (ns of
+	// exclusive time); copyAt is the index in q of the first copy at or
+	// after the head, -1 if none is queued.
+	runLeft uint64
+	copyAt  int
 
 	suspended bool
 	gated     bool
@@ -112,6 +126,25 @@ type proc struct {
 func (p *proc) empty() bool { return p.qh == len(p.q) }
 
 func (p *proc) head() *item { return &p.q[p.qh] }
+
+// nextRun measures the head run after a copy left the head: each kernel
+// is summed once, when the copy before it leaves, so keeping runLeft costs
+// O(1) per operation.
+func (p *proc) nextRun() {
+	p.runLeft, p.copyAt = 0, -1
+	for i := p.qh; i < len(p.q); i++ {
+		if p.q[i].kind == OpCopy {
+			p.copyAt = i
+			return
+		}
+		p.runLeft += p.q[i].left
+	}
+}
+
+// nextIsKernel reports whether the operation after the head is a kernel.
+func (p *proc) nextIsKernel() bool {
+	return p.qh+1 < len(p.q) && p.q[p.qh+1].kind == OpKernel
+}
 
 // runnable reports whether the channel group has a kernel ready for the
 // compute engine.
@@ -163,7 +196,7 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 		}
 		switch op.Kind {
 		case OpKernel:
-			if op.Dur == 0 {
+			if (op.Durs == nil && op.Dur == 0) || slices.Contains(op.Durs, 0) {
 				s.fail(fmt.Errorf("process %s at %v: zero-length kernel", p.name, time.Duration(now)))
 				return
 			}
@@ -171,15 +204,23 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 				p.pending, p.hasPend, p.host = op, true, hostGated
 				return
 			}
-			s.emitLaunch(p, now)
-			s.enqueue(p, item{kind: OpKernel, dur: op.Dur, left: op.Dur}, now)
+			if op.Durs == nil {
+				s.emitLaunch(p, now)
+				s.enqueue(p, item{kind: OpKernel, dur: op.Dur, left: op.Dur}, now)
+				break
+			}
+			n += len(op.Durs)
+			for _, d := range op.Durs {
+				s.emitLaunch(p, now)
+				s.enqueue(p, item{kind: OpKernel, dur: d, left: d}, now)
+			}
 		case OpCopy:
 			d := op.Dur
 			if d == 0 {
 				d = s.cfg.copyLatency + uint64(float64(op.Bytes)/s.cfg.copyBW*1e9) // as Options.CopyDuration
 			}
 			s.emitCopy(p, now, op)
-			s.enqueue(p, item{kind: OpCopy, dur: d, bytes: op.Bytes, dir: op.Dir}, now)
+			s.enqueue(p, item{kind: OpCopy, dur: d, dir: op.Dir}, now)
 		case OpSync, OpEnd:
 			p.syncStart, p.syncEnd = now, op.Kind == OpEnd
 			if op.Kind == OpEnd && !p.inReq {
@@ -245,6 +286,11 @@ func (s *Simulator) enqueue(p *proc, it item, now uint64) {
 	if it.kind == OpKernel {
 		p.kernels++
 		p.st.KernelsSubmitted++
+		if p.copyAt < 0 {
+			p.runLeft += it.left
+		}
+	} else if p.copyAt < 0 {
+		p.copyAt = len(p.q) - 1
 	}
 	if wasEmpty {
 		s.startHead(p, now)
@@ -265,15 +311,23 @@ func (s *Simulator) startHead(p *proc, now uint64) {
 // waiting for the stream to drain is woken (through the queue, so that it
 // runs after the current event's bookkeeping).
 func (s *Simulator) popHead(p *proc, now uint64) {
-	if p.head().kind == OpKernel {
+	wasCopy := p.head().kind == OpCopy
+	if !wasCopy {
 		p.kernels--
+		p.runLeft -= p.head().left
 	}
 	p.q[p.qh] = item{}
 	p.qh++
 	if p.qh > 256 && p.qh*2 > len(p.q) {
 		n := copy(p.q, p.q[p.qh:])
 		p.q = p.q[:n]
+		if p.copyAt >= 0 {
+			p.copyAt -= p.qh
+		}
 		p.qh = 0
+	}
+	if wasCopy {
+		p.nextRun()
 	}
 	if p.empty() {
 		if p.host == hostSync {

@@ -27,8 +27,14 @@ func (p *randomProgram) Next(now uint64) (Op, error) {
 		return Op{Kind: OpStop}, nil
 	}
 	switch k := p.r.IntN(10); {
-	case k < 4:
+	case k < 3:
 		return Op{Kind: OpKernel, Dur: 1 + p.r.Uint64N(3000*us)}, nil
+	case k < 4:
+		durs := make([]uint64, 1+p.r.IntN(5))
+		for i := range durs {
+			durs[i] = 1 + p.r.Uint64N(500*us)
+		}
+		return Op{Kind: OpKernel, Durs: durs}, nil
 	case k < 5:
 		return Op{Kind: OpCopy, Bytes: p.r.Uint64N(1 << 24), Dir: trace.CopyDir(1 + p.r.IntN(2))}, nil
 	case k < 6:

@@ -121,7 +121,7 @@ func (s *Simulator) Add(p Process) (uint32, error) {
 	}
 	pr := &proc{
 		idx: len(s.procs), pid: FirstPID + uint32(len(s.procs)), name: p.Name, class: p.Class,
-		gpu: p.GPU, prog: p.Program, timeslice: ts, interleave: p.Interleave,
+		gpu: p.GPU, prog: p.Program, timeslice: ts, interleave: p.Interleave, copyAt: -1,
 	}
 	s.procs = append(s.procs, pr)
 	s.gpus[p.GPU].addProc(pr)
@@ -140,9 +140,9 @@ func (s *Simulator) start(end uint64) {
 	s.end = end
 	for _, p := range s.procs {
 		if s.cfg.observe {
-			ev := trace.Event{Kind: trace.KindExec, PID: p.pid, TID: p.pid, Time: 0}
+			ev := s.emit()
+			ev.Kind, ev.PID, ev.TID = trace.KindExec, p.pid, p.pid
 			copy(ev.Proc.Comm[:15], p.name)
-			s.emit(&ev)
 		}
 		s.wakeAt(p, 0)
 	}

@@ -400,3 +400,46 @@ func TestGate(t *testing.T) {
 		t.Errorf("sync returned at %d µs, want 1100", end/us)
 	}
 }
+
+// TestBurstEqualsLaunches: kernels handed over as one burst (Op.Durs) run
+// exactly as the same kernels launched one by one, in every mode, with
+// the GPU deciding once per run of kernels rather than once per kernel.
+func TestBurstEqualsLaunches(t *testing.T) {
+	durs := []uint64{300 * us, 450 * us, 120 * us, 800 * us, 60 * us}
+	one := func(burst bool) Program {
+		sc := &script{}
+		for range 3 {
+			if burst {
+				sc.ops = append(sc.ops, Op{Kind: OpKernel, Durs: durs})
+			} else {
+				for _, d := range durs {
+					sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: d})
+				}
+			}
+			sc.ops = append(sc.ops, Op{Kind: OpCopy, Bytes: 1 << 20}, Op{Kind: OpSync}, Op{Kind: OpSleep, Dur: 200 * us})
+		}
+		return sc
+	}
+	for _, mode := range []Mode{ModeTimeslice, ModeSpatial, ModePriority} {
+		for _, gran := range []Granularity{GranularityInstruction, GranularityBlock, GranularityKernel} {
+			var got [2]string
+			for i, burst := range []bool{false, true} {
+				s, _ := mustSim(t, &Options{Mode: mode, Granularity: gran, Timeslice: 500 * time.Microsecond},
+					Process{Name: "A", Class: ClassLC, Program: one(burst)},
+					Process{Name: "B", Program: kernels(2000*us, 1500*us, 700*us)})
+				if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				st := s.Stats()
+				got[i] = fmt.Sprintf("%v %+v", st.Timeline, st.GPUs)
+				for _, p := range st.Procs {
+					p.Latency = nil
+					got[i] += fmt.Sprintf(" %+v", p)
+				}
+			}
+			if got[0] != got[1] {
+				t.Errorf("%v/%v: burst differs from single launches:\n%s\n%s", mode, gran, got[0], got[1])
+			}
+		}
+	}
+}

@@ -86,17 +86,27 @@ func (s *Simulator) Close() error {
 	return nil
 }
 
-func (s *Simulator) emit(ev *trace.Event) {
-	s.out = append(s.out, *ev)
+// emit appends a zeroed event to the output and returns it to be filled
+// in place (a trace.Event is 216 bytes: building it elsewhere and copying
+// it in costs more than the rest of delivering a launch).
+func (s *Simulator) emit() *trace.Event {
+	if len(s.out) < cap(s.out) {
+		s.out = s.out[:len(s.out)+1]
+		ev := &s.out[len(s.out)-1]
+		*ev = trace.Event{}
+		return ev
+	}
+	s.out = append(s.out, trace.Event{})
+	return &s.out[len(s.out)-1]
 }
 
 func (s *Simulator) emitLaunch(p *proc, now uint64) {
 	if !s.cfg.observe {
 		return
 	}
-	ev := trace.Event{Kind: trace.KindLaunch, Func: trace.FuncLaunchKernel, PID: p.pid, TID: p.pid, Time: now}
+	ev := s.emit()
+	ev.Kind, ev.Func, ev.PID, ev.TID, ev.Time = trace.KindLaunch, trace.FuncLaunchKernel, p.pid, p.pid, now
 	ev.Launch.Stream = streamHandle
-	s.emit(&ev)
 }
 
 func (s *Simulator) emitCopy(p *proc, now uint64, op Op) {
@@ -107,16 +117,16 @@ func (s *Simulator) emitCopy(p *proc, now uint64, op Op) {
 	if op.Dir == trace.CopyDtoH {
 		f = trace.FuncMemcpyDtoHAsyncV2
 	}
-	ev := trace.Event{Kind: trace.KindCopy, Func: f, PID: p.pid, TID: p.pid, Time: now}
+	ev := s.emit()
+	ev.Kind, ev.Func, ev.PID, ev.TID, ev.Time = trace.KindCopy, f, p.pid, p.pid, now
 	ev.Copy.Dir, ev.Copy.Bytes, ev.Copy.Stream = op.Dir, op.Bytes, streamHandle
-	s.emit(&ev)
 }
 
 func (s *Simulator) emitSync(p *proc, start, now uint64) {
 	if !s.cfg.observe {
 		return
 	}
-	ev := trace.Event{Kind: trace.KindSync, Func: trace.FuncStreamSynchronize, PID: p.pid, TID: p.pid, Time: start}
+	ev := s.emit()
+	ev.Kind, ev.Func, ev.PID, ev.TID, ev.Time = trace.KindSync, trace.FuncStreamSynchronize, p.pid, p.pid, start
 	ev.Sync.Handle, ev.Sync.Duration = streamHandle, now-start
-	s.emit(&ev)
 }

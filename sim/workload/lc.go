@@ -80,6 +80,7 @@ type lcProgram struct {
 	inReq    bool
 	si, rep  int
 	needSync bool
+	durs     []uint64 // a burst of launches handed over at once
 }
 
 // Next implements sim.Program.
@@ -117,6 +118,15 @@ func (p *lcProgram) step() sim.Op {
 		p.si++
 		return sim.Op{Kind: sim.OpCopy, Bytes: st.bytes, Dir: st.dir}
 	case stepKernel:
+		if !st.syncEach && p.rep == 0 && st.count > 1 {
+			// The launches of a step go out back to back: one burst.
+			p.si++
+			p.durs = p.durs[:0]
+			for range st.count {
+				p.durs = append(p.durs, st.dur.draw(p.svc))
+			}
+			return sim.Op{Kind: sim.OpKernel, Durs: p.durs}
+		}
 		p.rep++
 		if p.rep >= st.count {
 			p.si++

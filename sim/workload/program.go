@@ -226,22 +226,35 @@ func parseArrivals(r io.Reader, name string) ([]uint64, error) {
 	return times, nil
 }
 
+// distKind is a Dist's distribution, decoded once so that a draw does not
+// compare strings.
+type distKind uint8
+
+const (
+	distConst distKind = iota
+	distExp
+	distLognormal
+	distUniform
+)
+
 // sampler draws durations (ns) from a Dist.
 type sampler struct {
-	kind              string
-	mean, lo, hi      float64
-	mu, sigma         float64
-	positive, clamped bool
+	kind         distKind
+	mean, lo, hi float64
+	mu, sigma    float64
 }
 
 func newSampler(d *Dist) *sampler {
-	s := &sampler{kind: d.Dist, mean: float64(d.Mean), lo: float64(d.Min), hi: float64(d.Max)}
-	if s.kind == "" {
-		s.kind = "const"
-	}
-	if s.kind == "lognormal" {
+	s := &sampler{mean: float64(d.Mean), lo: float64(d.Min), hi: float64(d.Max)}
+	switch d.Dist {
+	case "exp":
+		s.kind = distExp
+	case "lognormal":
+		s.kind = distLognormal
 		s.sigma = math.Sqrt(math.Log1p(d.CV * d.CV))
 		s.mu = math.Log(s.mean) - s.sigma*s.sigma/2
+	case "uniform":
+		s.kind = distUniform
 	}
 	return s
 }
@@ -249,11 +262,11 @@ func newSampler(d *Dist) *sampler {
 func (s *sampler) draw(r *rand.Rand) uint64 {
 	var v float64
 	switch s.kind {
-	case "exp":
+	case distExp:
 		v = r.ExpFloat64() * s.mean
-	case "lognormal":
+	case distLognormal:
 		v = math.Exp(s.mu + s.sigma*r.NormFloat64())
-	case "uniform":
+	case distUniform:
 		v = s.lo + r.Float64()*(s.hi-s.lo)
 	default:
 		v = s.mean
@@ -362,13 +375,18 @@ type beProgram struct {
 	every  int
 	i      int
 	synced bool
+	durs   []uint64
 }
 
 // Next implements sim.Program.
 func (p *beProgram) Next(uint64) (sim.Op, error) {
 	if p.i < p.every {
-		p.i++
-		return sim.Op{Kind: sim.OpKernel, Dur: p.kernel.draw(p.svc)}, nil
+		// The kernels between two synchronizations go out as one burst.
+		p.durs = p.durs[:0]
+		for ; p.i < p.every; p.i++ {
+			p.durs = append(p.durs, p.kernel.draw(p.svc))
+		}
+		return sim.Op{Kind: sim.OpKernel, Durs: p.durs}, nil
 	}
 	if !p.synced {
 		p.synced = true

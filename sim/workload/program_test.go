@@ -13,6 +13,13 @@ import (
 func opString(op sim.Op) string {
 	switch op.Kind {
 	case sim.OpKernel:
+		if op.Durs != nil {
+			var ks []string
+			for _, d := range op.Durs {
+				ks = append(ks, fmt.Sprintf("k%d", d/1000))
+			}
+			return strings.Join(ks, " ")
+		}
 		return fmt.Sprintf("k%d", op.Dur/1000)
 	case sim.OpCopy:
 		return fmt.Sprintf("c%d/%v", op.Bytes, op.Dir)
@@ -124,7 +131,7 @@ func TestBEProgram(t *testing.T) {
 	ws, _ := f.Workloads()
 	p := ws[0].Program(1, 0)
 	var got []string
-	for range 10 {
+	for range 6 {
 		op, _ := p.Next(0)
 		got = append(got, opString(op))
 	}
