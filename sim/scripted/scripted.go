@@ -74,10 +74,13 @@ type Controller struct {
 	enf   engine.Enforcer
 	opts  Options
 	procs map[uint32]*state
-	order []uint32         // pids ascending, for a deterministic order of actions
+	last  *state           // the process of the previous event (events come in runs)
 	gpus  map[int][]uint32 // BE pids per GPU, ascending
 	busy  map[int]int      // active LC processes per GPU
-	st    Stats
+	idle  idleQueue        // pending idle times of active LC processes
+	// deadline is the read deadline last set (0: none).
+	deadline uint64
+	st       Stats
 }
 
 type state struct {
@@ -121,10 +124,6 @@ func New(src engine.DeadlineSource, enf engine.Enforcer, procs []Process, opts *
 	for _, pids := range c.gpus {
 		slices.Sort(pids)
 	}
-	for pid := range c.procs {
-		c.order = append(c.order, pid)
-	}
-	slices.Sort(c.order)
 	return c, nil
 }
 
@@ -151,15 +150,30 @@ func (c *Controller) Run() error {
 		default:
 			return err
 		}
-		if err := c.src.SetReadDeadline(c.nextDeadline()); err != nil {
-			return err
+		if t := c.idle.next(); t != c.deadline {
+			c.deadline = t
+			if err := c.src.SetReadDeadline(t); err != nil {
+				return err
+			}
 		}
 	}
 }
 
+// lookup finds an event's process; nil for processes not under control.
+func (c *Controller) lookup(pid uint32) *state {
+	if c.last != nil && c.last.PID == pid {
+		return c.last
+	}
+	p := c.procs[pid]
+	if p != nil {
+		c.last = p
+	}
+	return p
+}
+
 func (c *Controller) handle(ev *trace.Event) error {
-	p, ok := c.procs[ev.PID]
-	if !ok {
+	p := c.lookup(ev.PID)
+	if p == nil {
 		return nil
 	}
 	if c.opts.Policy == SplitTimeslice {
@@ -181,6 +195,7 @@ func (c *Controller) handle(ev *trace.Event) error {
 	case trace.KindSync:
 		if p.active {
 			p.idleAt = ev.Time + ev.Sync.Duration + uint64(c.opts.IdleGap)
+			c.idle.push(p.idleAt, p)
 			if c.opts.IdleGap == 0 {
 				return c.expire(p.idleAt)
 			}
@@ -207,13 +222,14 @@ func (c *Controller) split(p *state) error {
 	return c.enf.SetTimeslice(p.PID, p.GPU, uint64(ts/time.Microsecond))
 }
 
-// expire marks LC processes idle whose gap has passed at now and resumes BE
-// on GPUs left with no active LC.
+// expire marks LC processes idle whose gap has passed at now, in order of
+// their idle times (then pids), and resumes BE on GPUs left with no active
+// LC.
 func (c *Controller) expire(now uint64) error {
-	for _, pid := range c.order {
-		p := c.procs[pid]
-		if !p.LC || !p.active || p.idleAt == 0 || p.idleAt > now {
-			continue
+	for {
+		p := c.idle.due(now)
+		if p == nil {
+			return nil
 		}
 		p.active, p.idleAt = false, 0
 		c.busy[p.GPU]--
@@ -223,17 +239,6 @@ func (c *Controller) expire(now uint64) error {
 			}
 		}
 	}
-	return nil
-}
-
-func (c *Controller) nextDeadline() uint64 {
-	var t uint64
-	for _, p := range c.procs {
-		if p.idleAt != 0 && (t == 0 || p.idleAt < t) {
-			t = p.idleAt
-		}
-	}
-	return t
 }
 
 func (c *Controller) suspendBE(gpu int) error {
