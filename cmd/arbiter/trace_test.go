@@ -12,17 +12,20 @@ import (
 	"testing"
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/internal/testenv"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
 // TestMain lets tests run the real main (exit codes included) by
-// re-executing the test binary with ARBITER_TEST_MAIN=1.
+// re-executing the test binary with ARBITER_TEST_MAIN=1, and runs the
+// tests, as root, in a mount namespace without tracefs or debugfs: the
+// commands must attach without them.
 func TestMain(m *testing.M) {
 	if os.Getenv("ARBITER_TEST_MAIN") == "1" {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.MainWithoutTracefs(m))
 }
 
 func comm16(s string) (c [16]byte) {
