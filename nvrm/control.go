@@ -98,6 +98,9 @@ type ControllerOptions struct {
 	// return results as the driver would; the answer travels in the
 	// block, so a tracer sees it too. Leave it nil on a real driver.
 	Respond func(client, object, cmd uint32, params []byte) uint32
+	// DriverRoot is where the driver's /proc files are read, to explain
+	// NV_ERR_INVALID_CLIENT (DetectClientValidation); empty is "/".
+	DriverRoot string
 }
 
 // NewController returns a Controller acting on the processes of reg.
@@ -272,7 +275,3 @@ func (c *Controller) Close() error {
 	}
 	return nil
 }
-
-// explainInvalidClient is where an operation's NV_ERR_INVALID_CLIENT is
-// explained; for now it returns err unchanged.
-func (c *Controller) explainInvalidClient(_ uint32, err error) error { return err }
