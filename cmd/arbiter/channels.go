@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -84,7 +85,49 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
 		newChannelsResumeCmd(o),
 		newChannelsWatchCmd(o),
 	)
+	for _, sub := range cmd.Commands() {
+		o.reportErrors(sub)
+	}
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w\nusage: %s", err, c.UseLine())
+	})
 	return cmd
+}
+
+// reportErrors makes sub name its usage line when given the wrong
+// arguments, and, with --format json, also write any error it returns to
+// stdout as one JSON object, {"error": "...", "exit_code": N}, so that
+// stdout holds only JSON; the error still ends the command, with the same
+// exit status, and main prints it on stderr as text.
+func (o *channelsOptions) reportErrors(sub *cobra.Command) {
+	validate, run := sub.Args, sub.RunE
+	if validate == nil {
+		validate = cobra.ArbitraryArgs
+	}
+	sub.Args = cobra.ArbitraryArgs
+	sub.RunE = func(cmd *cobra.Command, args []string) error {
+		err := validate(cmd, args)
+		if err != nil {
+			err = fmt.Errorf("%s: %w\nusage: %s", cmd.CommandPath(), err, cmd.UseLine())
+		} else {
+			err = run(cmd, args)
+		}
+		if err != nil && o.format == "json" {
+			code := 1
+			var ec exitCoder
+			if errors.As(err, &ec) {
+				code = ec.ExitCode()
+			}
+			_ = json.NewEncoder(cmd.OutOrStdout()).Encode(jsonError{Error: err.Error(), ExitCode: code})
+		}
+		return err
+	}
+}
+
+// jsonError is a failed command's error as --format json writes it.
+type jsonError struct {
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
 }
 
 // errNoDriver says the driver is absent.

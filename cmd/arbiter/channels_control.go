@@ -308,7 +308,10 @@ suspend; --pin=false removes it on exit.`,
 				}
 			}()
 			return k.Run(ctx, func(e nvrm.KeeperEvent) {
-				if e.Err != nil {
+				switch {
+				case e.Err != nil && o.format == "json":
+					_ = enc.Encode(map[string]string{"warning": e.Err.Error()})
+				case e.Err != nil:
 					fmt.Fprintf(errw, "warning: %v\n", e.Err)
 				}
 				if !e.Event.Kind.Valid() {

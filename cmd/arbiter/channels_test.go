@@ -414,3 +414,79 @@ func TestChannelsInterleaveCapabilities(t *testing.T) {
 		}
 	}
 }
+
+// TestChannelsUsage checks that a wrong argument count or flag names the
+// subcommand's usage line.
+func TestChannelsUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"timeslice", "42"}, "channels timeslice: accepts 2 arg(s), received 1\nusage: channels timeslice PID MICROSECONDS [flags]"},
+		{[]string{"interleave", "42", "low", "x"}, "usage: channels interleave PID low|medium|high [flags]"},
+		{[]string{"suspend"}, "channels suspend: accepts 1 arg(s), received 0\nusage: channels suspend PID [flags]"},
+		{[]string{"resume", "1", "2"}, "usage: channels resume PID [flags]"},
+		{[]string{"list", "extra"}, "usage: channels list [flags]"},
+		{[]string{"watch", "extra"}, "usage: channels watch [flags]"},
+		{[]string{"suspend", "42", "--bogus"}, "unknown flag: --bogus\nusage: channels suspend PID [flags]"},
+	} {
+		_, _, err := runChannels(context.Background(), &channelsOptions{}, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestChannelsJSONErrors checks that with --format json an error is also
+// a JSON object on stdout, with the exit status it ends the command with,
+// through main as well.
+func TestChannelsJSONErrors(t *testing.T) {
+	dir := t.TempDir()
+	absent := filepath.Join(dir, "absent")
+	present := filepath.Join(dir, "nvidiactl")
+	if err := os.WriteFile(present, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noCaps := func() (caps.Set, error) { return 0, nil }
+	for _, tc := range []struct {
+		o    channelsOptions
+		args []string
+		want string
+		code int
+	}{
+		{channelsOptions{}, []string{"list", "--format", "json", "--control", absent}, "no NVIDIA driver: " + absent + " does not exist", 1},
+		{channelsOptions{haveCaps: noCaps}, []string{"list", "--format", "json", "--control", present}, "listing channel groups needs CAP_BPF", 77},
+		{channelsOptions{}, []string{"watch", "extra", "--format", "json"}, "usage: channels watch [flags]", 1},
+		{channelsOptions{}, []string{"watch", "--format", "json", "--control", absent}, "no NVIDIA driver", 1},
+	} {
+		o := tc.o
+		out, _, err := runChannels(context.Background(), &o, tc.args...)
+		if err == nil {
+			t.Fatalf("%v: no error", tc.args)
+		}
+		var got jsonError
+		dec := json.NewDecoder(strings.NewReader(out))
+		if err := dec.Decode(&got); err != nil || dec.More() {
+			t.Fatalf("%v: stdout is not one JSON object: %v\n%s", tc.args, err, out)
+		}
+		if got.Error != err.Error() || !strings.Contains(got.Error, tc.want) || got.ExitCode != tc.code {
+			t.Errorf("%v: %+v, want %q and exit code %d", tc.args, got, tc.want, tc.code)
+		}
+	}
+	// Text output has no JSON.
+	if out, _, err := runChannels(context.Background(), &channelsOptions{}, "list", "--control", absent); err == nil || out != "" {
+		t.Errorf("text: %q, %v", out, err)
+	}
+	// Through main: the exit status is unchanged, stderr keeps the text.
+	cmd := exec.Command(os.Args[0], "channels", "list", "--format", "json", "--control", absent)
+	cmd.Env = append(os.Environ(), "ARBITER_TEST_MAIN=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	var got jsonError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || json.Unmarshal(stdout.Bytes(), &got) != nil || got.ExitCode != 1 ||
+		!strings.HasPrefix(stderr.String(), "arbiter: no NVIDIA driver") {
+		t.Fatalf("main: %v\nstdout %s\nstderr %s", err, stdout.String(), stderr.String())
+	}
+}
