@@ -11,7 +11,10 @@
 // file with pidfd_open and pidfd_getfd, issues the channel-group controls on
 // the duplicate and closes it at once. It needs root or CAP_SYS_PTRACE, and
 // it can act only on processes whose allocations the Tracer saw: no RM call
-// lists a client's objects, and handles are never guessed.
+// lists a client's objects, and handles are never guessed. It works with the
+// drivers whose layouts were checked, 535.43.02 to 595.45.04 (LayoutFor
+// refuses others), and under the driver's default strict client validation
+// (DetectClientValidation).
 //
 // The facts of the interface, and what remains to be checked on hardware,
 // are in docs/nvrm.md.

@@ -13,12 +13,17 @@
 #      their engines, CUDA's own SET_TIMESLICE), then this process controls
 #      the victim through pidfd_getfd: GET_INFO, SET/GET_TIMESLICE over a
 #      range of values, interleave levels, suspend/resume TRIALS times with
+#      each method (FIFO_DISABLE_CHANNELS, GPFIFO_SCHEDULE{0} + PREEMPT), with
 #      the latency until the kernel stops and restarts (p50/p99/max),
 #      disable-only and preempt-only variants, correctness after resume;
 #   4. exercises the CLI: arbiter channels watch / list / timeslice /
 #      suspend --for / resume on a second victim.
 #
 # Usage: sudo scripts/gpu-validate-nvrm.sh [OUT.md]   (TRIALS=100 GPU=0)
+# A driver newer than the newest Arbiter's layouts were checked against
+# (595.45.04) is refused; ARBITER_ALLOW_UNVERIFIED_DRIVER=1 runs the
+# procedure on it anyway, with the 595 branch's layouts
+# (--allow-unverified-driver), and the report says which driver it was.
 # Needs: Go, nvcc (CUDA toolkit), the NVIDIA driver loaded, root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -135,7 +140,7 @@ echo >>"$OUT"
 go build -o "$WORK/arbiter" ./cmd/arbiter
 STATE="$WORK/state"
 PIN=/sys/fs/bpf/arbiter-validate-$$
-A=("$WORK/arbiter" channels --state-dir "$STATE" --pin-path "$PIN")
+A=("$WORK/arbiter" channels --state-dir "$STATE" --pin-path "$PIN" ${ARBITER_ALLOW_UNVERIFIED_DRIVER:+--allow-unverified-driver})
 "${A[@]}" watch --duration 20s >"$WORK/watch.txt" 2>&1 &
 WATCH=$!
 sleep 2
