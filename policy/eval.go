@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/topdown"
@@ -51,10 +52,42 @@ func DecodeInput(r io.Reader) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fe := s.input.validate(v); fe != nil {
-		return nil, fmt.Errorf("input does not fit schema/input.json: %w", fe)
+	if all := s.input.validateAll(v); len(all) > 0 {
+		e := &InputError{Fields: make([]FieldError, len(all))}
+		for i, fe := range all {
+			e.Fields[i] = *fe
+		}
+		return nil, e
 	}
 	return v, nil
+}
+
+// InputError is an input document that does not fit schema/input.json,
+// with every violation: a document written by hand is fixed faster when
+// all its mistakes are shown at once.
+type InputError struct {
+	Fields []FieldError
+}
+
+// maxInputErrors bounds the violations an InputError spells out.
+const maxInputErrors = 50
+
+func (e *InputError) Error() string {
+	const head = "input does not fit schema/input.json (arbiter policy schema input)"
+	if len(e.Fields) == 1 {
+		return head + ": " + e.Fields[0].Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, %d errors:", head, len(e.Fields))
+	for i, fe := range e.Fields {
+		if i == maxInputErrors {
+			fmt.Fprintf(&b, "\n  and %d more", len(e.Fields)-i)
+			break
+		}
+		b.WriteString("\n  ")
+		b.WriteString(fe.Error())
+	}
+	return b.String()
 }
 
 // jsonDepth returns the deepest nesting of arrays and objects in b, without

@@ -270,13 +270,21 @@ func (e FieldError) Error() string {
 // from OPA's ast.JSON) against n and returns the first violation in a
 // deterministic order.
 func (n *schemaNode) validate(v any) *FieldError {
-	return check(n, jsonDoc{}, v)
+	return check(n, jsonDoc{}, v, nil)
+}
+
+// validateAll is validate returning every violation, in the same order:
+// for documents a person wrote, where fixing one error at a time is slow.
+func (n *schemaNode) validateAll(v any) []*FieldError {
+	var all []*FieldError
+	check(n, jsonDoc{}, v, &all)
+	return all
 }
 
 // validateAST is validate for a value in OPA's AST, read as ast.JSON
 // would convert it.
 func (n *schemaNode) validateAST(d astDoc, v ast.Value) *FieldError {
-	return check(n, d, v)
+	return check(n, d, v, nil)
 }
 
 // join spells a dotted field path.
@@ -309,27 +317,57 @@ func within(fe *FieldError, key string, index int) *FieldError {
 	return fe
 }
 
-// check validates v against n; the violation's Field is relative to v.
-func check[V any, D document[V]](n *schemaNode, d D, v V) *FieldError {
+// report hands a violation back: as check's result when all is nil (the
+// first violation ends the check), else appended to *all, and the check
+// goes on.
+func report(all *[]*FieldError, fe *FieldError) *FieldError {
+	if all == nil {
+		return fe
+	}
+	*all = append(*all, fe)
+	return nil
+}
+
+// checkWithin checks a field or item of v: its violations are put under
+// its name, the one returned as those appended to *all since it began.
+func checkWithin[V any, D document[V]](n *schemaNode, d D, v V, all *[]*FieldError, key string, index int) *FieldError {
+	if all == nil {
+		return within(check(n, d, v, nil), key, index)
+	}
+	from := len(*all)
+	check(n, d, v, all)
+	for _, fe := range (*all)[from:] {
+		within(fe, key, index)
+	}
+	return nil
+}
+
+// check validates v against n; a violation's Field is relative to v. With
+// all nil it returns the first violation; otherwise it appends every one
+// to *all and returns nil. A value of the wrong type is one violation:
+// what lies inside it is not checked.
+func check[V any, D document[V]](n *schemaNode, d D, v V, all *[]*FieldError) *FieldError {
 	if n.ref != "" {
 		def, ok := n.root.defs[n.ref]
 		if !ok {
-			return &FieldError{"", "schema refers to unknown definition " + n.ref}
+			return report(all, &FieldError{"", "schema refers to unknown definition " + n.ref})
 		}
-		return check(def, d, v)
+		return check(def, d, v, all)
 	}
 	k := d.kind(v)
 	if k == kindUnknown {
 		return nil
 	}
 	if len(n.types) > 0 && !hasType(n, d, v, k) {
-		return &FieldError{"", fmt.Sprintf("want %s, got %s", strings.Join(n.types, " or "), typeName(d, v, k))}
+		return report(all, &FieldError{"", fmt.Sprintf("want %s, got %s", strings.Join(n.types, " or "), typeName(d, v, k))})
 	}
 	switch k {
 	case kindObject:
 		for _, r := range n.required {
 			if _, ok := d.field(v, r); !ok {
-				return &FieldError{r, "required field missing"}
+				if fe := report(all, &FieldError{r, "required field missing"}); fe != nil {
+					return fe
+				}
 			}
 		}
 		// Known properties first, in a fixed order and without sorting the
@@ -341,8 +379,8 @@ func check[V any, D document[V]](n *schemaNode, d D, v V) *FieldError {
 				continue
 			}
 			known++
-			if e := check(n.properties[key], d, fv); e != nil {
-				return within(e, key, -1)
+			if e := checkWithin(n.properties[key], d, fv, all, key, -1); e != nil {
+				return e
 			}
 		}
 		if known == d.size(v) {
@@ -355,56 +393,62 @@ func check[V any, D document[V]](n *schemaNode, d D, v V) *FieldError {
 			switch {
 			case n.additional != nil:
 				fv, _ := d.field(v, key)
-				if e := check(n.additional, d, fv); e != nil {
-					return within(e, key, -1)
+				if e := checkWithin(n.additional, d, fv, all, key, -1); e != nil {
+					return e
 				}
 			case n.noAdditional:
-				return &FieldError{key, "unknown field" + n.suggest(key)}
+				if fe := report(all, &FieldError{key, "unknown field" + n.suggest(key)}); fe != nil {
+					return fe
+				}
 			}
 		}
 	case kindArray:
 		size := d.size(v)
 		if n.maxItems >= 0 && size > n.maxItems {
-			return &FieldError{"", fmt.Sprintf("%d items, at most %d allowed", size, n.maxItems)}
+			if fe := report(all, &FieldError{"", fmt.Sprintf("%d items, at most %d allowed", size, n.maxItems)}); fe != nil {
+				return fe
+			}
 		}
 		if n.uniqueItems {
 			seen := map[string]bool{}
 			for i := range size {
 				t := d.text(d.item(v, i))
 				if seen[t] {
-					return within(&FieldError{"", "duplicate item " + t}, "", i)
+					if fe := report(all, within(&FieldError{"", "duplicate item " + t}, "", i)); fe != nil {
+						return fe
+					}
 				}
 				seen[t] = true
 			}
 		}
 		if n.items != nil {
 			for i := range size {
-				if fe := check(n.items, d, d.item(v, i)); fe != nil {
-					return within(fe, "", i)
+				if fe := checkWithin(n.items, d, d.item(v, i), all, "", i); fe != nil {
+					return fe
 				}
 			}
 		}
 	case kindString:
 		x := d.str(v)
 		if n.enum != nil && !slices.Contains(n.enum, x) {
-			return &FieldError{"", fmt.Sprintf("%q is not one of %s", x, strings.Join(n.enum, "|"))}
+			return report(all, &FieldError{"", fmt.Sprintf("%q is not one of %s", x, strings.Join(n.enum, "|"))})
 		}
 		if n.maxLength >= 0 && utf8.RuneCountInString(x) > n.maxLength {
-			return &FieldError{"", fmt.Sprintf("%d characters, at most %d allowed", utf8.RuneCountInString(x), n.maxLength)}
+			return report(all, &FieldError{"", fmt.Sprintf("%d characters, at most %d allowed", utf8.RuneCountInString(x), n.maxLength)})
 		}
 		if n.pattern != nil && !n.pattern.MatchString(x) {
-			return &FieldError{"", fmt.Sprintf("%q does not match %s", x, n.pattern)}
+			return report(all, &FieldError{"", fmt.Sprintf("%q does not match %s", x, n.pattern)})
 		}
 	case kindNumber:
 		f, _ := d.num(v)
 		if n.min != nil && f < *n.min {
-			return &FieldError{"", fmt.Sprintf("%v is below the minimum %v", f, *n.min)}
+			return report(all, &FieldError{"", fmt.Sprintf("%v is below the minimum %v", f, *n.min)})
 		}
 		if n.exclusiveMin != nil && f <= *n.exclusiveMin {
-			return &FieldError{"", fmt.Sprintf("%v must be greater than %v", f, *n.exclusiveMin)}
+			return report(all, &FieldError{"", fmt.Sprintf("%v must be greater than %v", f, *n.exclusiveMin)})
 		}
 		if n.max != nil && f > *n.max {
-			return &FieldError{"", fmt.Sprintf("%v is above the maximum %v", f, *n.max)}
+			return report(all, &FieldError{"", fmt.Sprintf("%v is above the maximum %v", f, *n.max)})
 		}
 	}
 	return nil

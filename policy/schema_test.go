@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -206,5 +207,37 @@ func TestClassifyAll(t *testing.T) {
 	}
 	if c, _ := plan.Class("lc"); len(c.Members) != 2 {
 		t.Fatalf("%+v", c)
+	}
+}
+
+// TestDecodeInputReportsEveryError: an input written by hand gets every
+// mistake reported at once, in the schema's order, not the first alone.
+func TestDecodeInputReportsEveryError(t *testing.T) {
+	in := `{"apiVersion": "arbiter.io/v1", "process": {"pid": "42", "comm": "vllm", "pidd": 1, "gpus": [0, "one"], "env": {"ARBITER_CLASS": 5}}}`
+	_, err := DecodeInput(strings.NewReader(in))
+	var ie *InputError
+	if !errors.As(err, &ie) {
+		t.Fatalf("%v", err)
+	}
+	var got []string
+	for _, fe := range ie.Fields {
+		got = append(got, fe.Error())
+	}
+	want := []string{
+		"node: required field missing",
+		"process.env.ARBITER_CLASS: want string, got number 5",
+		"process.gpus[1]: want integer, got string \"one\"",
+		"process.pid: want integer, got string \"42\"",
+		"process.pidd: unknown field (did you mean \"pid\"?)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	if !strings.HasPrefix(err.Error(), "input does not fit schema/input.json (arbiter policy schema input), 5 errors:\n  node: required field missing\n") {
+		t.Fatalf("%v", err)
+	}
+	_, err = DecodeInput(strings.NewReader(`{"apiVersion": "arbiter.io/v1", "node": {"hostname": "n", "time": "2026-01-10T12:00:00Z", "gpus": []}, "process": {"pid": 1, "comm": "x", "gpus": [` + strings.Repeat(`"a", `, 99) + `"a"]}}`))
+	if !errors.As(err, &ie) || len(ie.Fields) != 100 || !strings.HasSuffix(err.Error(), "\n  and 50 more") {
+		t.Fatalf("100 errors: %v", err)
 	}
 }

@@ -237,6 +237,12 @@ func TestPolicyEval(t *testing.T) {
 	if out, code := runPolicy(t, `{"apiVersion": "arbiter.io/v1"}`, "eval", dir, "-i", "-"); code != 2 || !strings.Contains(out, "node: required field missing") {
 		t.Fatalf("bad input: exit %d\n%s", code, out)
 	}
+	// Every schema error at once, not the first alone.
+	bad := `{"apiVersion": "arbiter.io/v1", "process": {"pid": "42", "comm": "vllm", "pidd": 1}}`
+	if out, code := runPolicy(t, bad, "eval", dir, "-i", "-"); code != 2 || !strings.Contains(out, "3 errors:") || !strings.Contains(out, "\n  node: required field missing") ||
+		!strings.Contains(out, "\n  process.pid: want integer") || !strings.Contains(out, "\n  process.pidd: unknown field") {
+		t.Fatalf("several errors: exit %d\n%s", code, out)
+	}
 	if _, code := runPolicy(t, "", "eval", dir); code != 2 {
 		t.Fatalf("no --input: exit %d", code)
 	}
