@@ -425,3 +425,47 @@ func TestConcurrentClassify(t *testing.T) {
 		t.Fatal(e)
 	}
 }
+
+// TestPlanLooksUpArraysByIndex: a policy that reads an array of the input
+// by index only (the first argument of the command line, a GPU by a
+// computed index) decides through the compiled plan, which asks for the
+// input path by path, as topdown does on the whole document.
+func TestPlanLooksUpArraysByIndex(t *testing.T) {
+	for _, tc := range []struct {
+		rule    string
+		cmdline []string
+		gpus    []int
+		want    string
+	}{
+		{`classify := {"class": "python"} if input.process.cmdline[0] == "python3"`, []string{"python3", "-m", "x"}, nil, "python"},
+		{`classify := {"class": "python"} if input.process.cmdline[0] == "python3"`, []string{"java"}, nil, "best-effort"},
+		{`classify := {"class": "gpu-3"} if {
+	some i in numbers.range(0, 7)
+	input.process.gpus[i] == 3
+}`, nil, []int{0, 3}, "gpu-3"},
+		{`classify := {"class": "gpu-3"} if {
+	some i in numbers.range(0, 7)
+	input.process.gpus[i] == 3
+}`, nil, []int{1}, "best-effort"},
+	} {
+		dir := writeDir(t, map[string]string{"p.rego": header + tc.rule + "\n"})
+		plan, err := Load(context.Background(), dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev, why := plan.Evaluator(); ev != EvaluatorPlan {
+			t.Fatalf("%s: evaluated by %s: %v", tc.rule, ev, why)
+		}
+		topdown, err := Load(context.Background(), dir, &Options{Evaluator: EvaluatorTopdown})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := testInput(1, "x")
+		in.Process.Cmdline, in.Process.GPUs = tc.cmdline, tc.gpus
+		got, err := plan.Classify(context.Background(), in)
+		ref, refErr := topdown.Classify(context.Background(), in)
+		if err != nil || refErr != nil || got.Class != tc.want || ref.Class != tc.want {
+			t.Errorf("%s\ncmdline %q, gpus %v: plan %q (%v), topdown %q (%v), want %q", tc.rule, tc.cmdline, tc.gpus, got.Class, err, ref.Class, refErr, tc.want)
+		}
+	}
+}

@@ -16,11 +16,17 @@ type InputSource interface {
 }
 
 // fromStand looks up key in the value a stand-in stands for: the source
-// is asked for that one field.
+// is asked for that one field. A key that is not a string is no field
+// name: the value is an array (input.process.cmdline[0]), a set, or an
+// object with keys of other types, so it is asked for whole and looked
+// into.
 func (v *vm) fromStand(s stand, key *ast.Term) *ast.Term {
+	if v.source == nil {
+		return nil
+	}
 	k, ok := key.Value.(ast.String)
-	if !ok || v.source == nil {
-		return nil // an input object has string keys only
+	if !ok {
+		return dot(v.source.Value(s.path), key)
 	}
 	path := make([]string, len(s.path)+1)
 	copy(path, s.path)
