@@ -169,6 +169,9 @@ type termSource struct {
 func (s *termSource) at(path []string) *ast.Term {
 	t := s.doc
 	for _, k := range path {
+		if t == nil {
+			return nil // no input at all
+		}
 		obj, ok := t.Value.(ast.Object)
 		if !ok {
 			return nil
