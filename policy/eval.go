@@ -72,6 +72,7 @@ type InputError struct {
 // maxInputErrors bounds the violations an InputError spells out.
 const maxInputErrors = 50
 
+// Error lists the violations, at most maxInputErrors of them.
 func (e *InputError) Error() string {
 	const head = "input does not fit schema/input.json (arbiter policy schema input)"
 	if len(e.Fields) == 1 {
