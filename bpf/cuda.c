@@ -167,7 +167,8 @@ struct sync_entry {
 	__u8 active;
 };
 
-// Task-local storage (kernel 5.12+ from uprobes): the entry and return of a
+// Task-local storage (open to uprobe programs on every kernel Arbiter
+// supports, 5.15+, as the BPF cookies are): the entry and return of a
 // call run in the same thread, so the slot is that thread's own. A hash keyed
 // by thread id cost a hash and an LRU update at each end (1.11-1.17x the
 // empty entry+return pair); the storage is one pointer away from the task
