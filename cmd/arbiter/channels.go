@@ -235,6 +235,11 @@ func (o *channelsOptions) keeper(m keeperMode) (*nvrm.Keeper, error, error) {
 		}
 	}
 	k, err := nvrm.OpenKeeper(opts)
+	if err != nil && m.trace != nvrm.TraceNever {
+		// A kernel feature the tracer needs may be what is missing: name
+		// it, its minimum kernel and the fix, and exit 77.
+		err = caps.Diagnose("tracing RM calls", err, nil, caps.FeatureBPF, caps.FeatureBTF, caps.FeatureRingBuf)
+	}
 	return k, warn, err
 }
 
