@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 # Benchmarks: count and time per benchmark; override for quicker runs.
 BENCHTIME ?= 1s
 
-.PHONY: all build generate test bench demo clean fmt vet
+.PHONY: all build generate test bench demo clean fmt vet gpu-validate-bundle gpu-validate
 
 all: build
 
@@ -32,6 +32,16 @@ bench:
 ## demo: trace the stub inference and training workloads live (root)
 demo: build
 	./scripts/demo.sh
+
+## gpu-validate-bundle: everything scripts/gpu-validate.sh needs on a GPU
+## server without Go, in $(BIN)/gpu-validate and $(BIN)/gpu-validate.tar.gz
+gpu-validate-bundle:
+	GO=$(GO) ./scripts/gpu-validate-bundle.sh $(BIN)/gpu-validate
+
+## gpu-validate: build the bundle and run the GPU validation here (root, a
+## GPU); the report goes to gpu-validation.md
+gpu-validate: gpu-validate-bundle
+	$(BIN)/gpu-validate/gpu-validate.sh --out gpu-validation.md
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
