@@ -362,7 +362,7 @@ main() {
 if [ "${1:-}" = __section ]; then
 	# shellcheck source-path=SCRIPTDIR source=gpu-validate-sections.sh
 	. "$(dirname "$SELF")/gpu-validate-sections.sh"
-	export GV_SECTION=$2
+	export GV_SECTION=$2 CUDA_VISIBLE_DEVICES=$GV_GPU
 	SEC=$GV_WORK/$2
 	TRACE_LIBS=()
 	[ -z "${GV_STUB:-}" ] || TRACE_LIBS=(--lib "$GV_STUB/libcuda.so.1")

@@ -25,7 +25,7 @@ type Trace struct {
 	HtoD, DtoH int
 	// SyncResults counts synchronizing calls per result name.
 	SyncResults map[string]int
-	// Exits are the exit codes of the traced processes.
+	// Exits are the wait statuses of the traced processes' exits.
 	Exits []int
 	// Summary is the closing summary, nil if none was printed.
 	Summary *TraceSummary
@@ -184,8 +184,9 @@ func (t *Trace) Count(name string) int {
 }
 
 // WriteCapture records what a capture saw against what the program says
-// it did.
-func WriteCapture(w *Writer, t *Trace, program Workload) {
+// it did. exit is the program's exit status as its parent saw it, or -1
+// where unknown.
+func WriteCapture(w *Writer, t *Trace, program Workload, exit int) {
 	if len(t.Libraries) == 0 {
 		w.Check("attached", Fail, "the trace named no library it attached to (%s)", orNone(t.Problems))
 	} else {
@@ -238,17 +239,29 @@ func WriteCapture(w *Writer, t *Trace, program Workload) {
 	default:
 		w.Check("tracer_loss", Pass, "%d events read, none dropped or undecodable", s.Tracer.Events)
 	}
+	traced := "its exit was not traced"
+	if n := len(t.Exits); n > 0 {
+		traced = "traced: " + waitStatus(t.Exits[n-1])
+	}
 	switch {
-	case len(t.Exits) == 0:
-		w.Check("exit", Info, "the program's exit was not traced")
-	case t.Exits[len(t.Exits)-1] != 0:
-		w.Check("exit", Fail, "the program exited with status %d (%s)", t.Exits[len(t.Exits)-1], orNone(program.Other))
+	case exit > 0 || exit < 0 && len(t.Exits) > 0 && t.Exits[len(t.Exits)-1] != 0:
+		w.Check("exit", Fail, "the program failed, exit status %d, %s (%s)", exit, traced, orNone(program.Other))
+	case exit < 0:
+		w.Check("exit", Info, "the program's exit status is unknown; %s", traced)
 	default:
-		w.Check("exit", Pass, "the program exited with status 0")
+		w.Check("exit", Pass, "the program exited with status 0; %s", traced)
 	}
 	if len(t.Problems) > 0 {
 		w.Note("the trace said: %s", strings.Join(t.Problems, " / "))
 	}
+}
+
+// waitStatus describes a wait status as the kernel reports an exit.
+func waitStatus(st int) string {
+	if sig := st & 0x7f; sig != 0 {
+		return fmt.Sprintf("killed by signal %d", sig)
+	}
+	return fmt.Sprintf("exit status %d", st>>8&0xff)
 }
 
 // orNone joins s, or says there was nothing.

@@ -40,7 +40,7 @@ func TestCapture(t *testing.T) {
 	}
 	prog := Workload{Calls: []Expectation{{"launches", 4, false}, {"copies", 1, false}, {"syncs", 2, true}, {"cuGraphLaunch", 1, false}}}
 	var buf bytes.Buffer
-	WriteCapture(NewWriter(&buf, "capture-cuda"), tr, prog)
+	WriteCapture(NewWriter(&buf, "capture-cuda"), tr, prog, 0)
 	s := mustParse(t, buf.String()).Section("capture-cuda")
 	for name, want := range map[string]struct {
 		st   Status
@@ -54,7 +54,7 @@ func TestCapture(t *testing.T) {
 		"functions":     {Info, "cuCtxSynchronize ×1, cuGraphLaunch ×1, cuLaunchKernel ×1, cuLaunchKernelEx ×1, cuMemcpyDtoHAsync_v2 ×1, cuMemcpyHtoDAsync_v2 ×1, cuStreamSynchronize ×1"},
 		"sync_results":  {Fail, "synchronizing calls returned CUDA_ERROR_ILLEGAL_ADDRESS ×1"},
 		"tracer_loss":   {Fail, "9 events, 2 dropped, 0 undecodable"},
-		"exit":          {Pass, "the program exited with status 0"},
+		"exit":          {Pass, "the program exited with status 0; traced: exit status 0"},
 	} {
 		c, ok := s.Check(name)
 		if !ok || c.Status != want.st || c.Seen != want.seen {
@@ -77,12 +77,13 @@ func TestCaptureNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	WriteCapture(NewWriter(&buf, "c"), tr, Workload{Other: []string{"capture: no CUDA-capable device is detected"}})
+	WriteCapture(NewWriter(&buf, "c"), tr, Workload{Other: []string{"capture: no CUDA-capable device is detected"}}, 2)
 	s := mustParse(t, buf.String()).Section("c")
 	for name, want := range map[string]string{
 		"attached":    "the trace named no library it attached to (arbiter: no libcuda found)",
 		"calls":       `the program printed no "calls:" line to check the capture against (capture: no CUDA-capable device is detected)`,
 		"tracer_loss": "the trace printed no summary (killed before it could?)",
+		"exit":        "the program failed, exit status 2, its exit was not traced (capture: no CUDA-capable device is detected)",
 	} {
 		if c, _ := s.Check(name); c.Status != Fail || c.Seen != want {
 			t.Errorf("%s: %+v, want FAIL %q", name, c, want)
@@ -90,6 +91,30 @@ func TestCaptureNothing(t *testing.T) {
 	}
 	if s.Verdict() != Fail {
 		t.Errorf("verdict %s", s.Verdict())
+	}
+}
+
+// TestCaptureExit checks how a program's end is told from its exit status
+// and the traced wait status.
+func TestCaptureExit(t *testing.T) {
+	for _, tc := range []struct {
+		events string
+		exit   int
+		want   Status
+		seen   string
+	}{
+		{`{"kind":"exit","pid":1,"exit_code":512}`, 2, Fail, "the program failed, exit status 2, traced: exit status 2"},
+		{`{"kind":"exit","pid":1,"exit_code":9}`, -1, Fail, "the program failed, exit status -1, traced: killed by signal 9"},
+		{`{"kind":"exit","pid":1,"exit_code":0}`, -1, Info, "exit status is unknown; traced: exit status 0"},
+		{``, 0, Pass, "the program exited with status 0; its exit was not traced"},
+	} {
+		tr, err := ParseTrace(strings.NewReader(tc.events), strings.NewReader(""), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		WriteCapture(NewWriter(&buf, "c"), tr, Workload{}, tc.exit)
+		wantChecks(t, mustParse(t, buf.String()).Section("c"), map[string][2]string{"exit": {string(tc.want), tc.seen}})
 	}
 }
 
@@ -103,7 +128,7 @@ func FuzzParseTrace(f *testing.F) {
 			return
 		}
 		var buf bytes.Buffer
-		WriteCapture(NewWriter(&buf, "c"), tr, Workload{})
+		WriteCapture(NewWriter(&buf, "c"), tr, Workload{}, -1)
 		if _, err := Parse(&buf); err != nil {
 			t.Fatal(err)
 		}

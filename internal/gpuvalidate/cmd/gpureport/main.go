@@ -4,7 +4,7 @@
 // directory as Markdown. It ships in the validation bundle beside arbiter,
 // so the GPU server needs no Go.
 //
-//	gpureport capture   -section S -events F -log F -program F [-pid N] [-prefix P]
+//	gpureport capture   -section S -events F -log F -program F [-pid N] [-exit N] [-prefix P]
 //	gpureport probecost -section S -unprobed F -probed F
 //	gpureport nvrm      -section S [-report F] [-log F]
 //	gpureport channels  -section S -steps F -victim F -pid N
@@ -56,6 +56,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 		program := fl.String("program", "", "the traced program's output (its calls: line)")
 		pid := fl.Int("pid", 0, "count only this process's events")
 		prefix := fl.String("prefix", "", "start the check and result names with this")
+		exit := fl.Int("exit", -1, "the program's exit status, as its parent saw it")
 		if err := parse(fl, args[1:], "events", "log", "program"); err != nil {
 			return err
 		}
@@ -78,7 +79,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 			return err
 		}
 		w = writer().WithPrefix(*prefix)
-		gpuvalidate.WriteCapture(w, t, prog)
+		gpuvalidate.WriteCapture(w, t, prog, *exit)
 	case "probecost":
 		unprobed := fl.String("unprobed", "", "the launch loop's output, untraced")
 		probed := fl.String("probed", "", "the launch loop's output, traced")
