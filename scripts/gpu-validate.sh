@@ -219,6 +219,7 @@ record_machine() {
 			emit "META gpu.$i $line"
 			i=$((i + 1))
 		done < <($smi --query-gpu=name,pci.bus_id,memory.total,compute_mode,mig.mode.current,persistence_mode,vbios_version --format=csv,noheader 2>/dev/null || true)
+		emit "META gpu_used $GV_GPU"
 		v=$($smi -q -i "$GV_GPU" 2>/dev/null | awk -F': *' '/GSP Firmware Version/ {print $2; exit}' || true)
 		emit "META gsp ${v:-not reported}"
 		v=$($smi 2>/dev/null | grep -o 'CUDA Version: *[0-9.]*' | head -1 || true)

@@ -41,7 +41,11 @@ func Render(out io.Writer, res *Results, opts *RenderOptions) error {
 		md.printf("### %s — %s (not a hardware result)\n\n", date, res.MetaValue("mode"))
 		md.printf("> This run used the stub CUDA driver and the stand-in control file: it checks the procedure and its report, not a GPU.\n\n")
 	default:
-		gpu := res.MetaValue("gpu.0")
+		used := res.MetaValue("gpu_used")
+		if used == "" {
+			used = "0"
+		}
+		gpu := res.MetaValue("gpu." + used)
 		if g := res.MetaValue("gpu"); g != "" {
 			gpu = g
 		}
@@ -70,6 +74,7 @@ var metaLabels = [...]struct{ key, label string }{
 	{"kernel", "Kernel"},
 	{"os", "OS"},
 	{"gpu", "GPU"},
+	{"gpu_used", "GPU used"},
 	{"driver", "Driver"},
 	{"gsp", "GSP firmware"},
 	{"cuda_driver", "CUDA (driver)"},

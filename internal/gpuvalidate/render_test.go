@@ -14,7 +14,9 @@ const renderResults = `META date 2026-11-25T09:00:00Z
 META host gpu-17
 META kernel 6.8.0-45-generic x86_64
 META driver 570.86.15
-META gpu.0 NVIDIA H100 80GB HBM3, 00000000:18:00.0, 81559 MiB, Default, Disabled, Enabled, 96.00.99.00.01
+META gpu.0 NVIDIA H200, 00000000:17:00.0, 143771 MiB, Default, Disabled, Enabled, 96.00.99.00.02
+META gpu.1 NVIDIA H100 80GB HBM3, 00000000:18:00.0, 81559 MiB, Default, Disabled, Enabled, 96.00.99.00.01
+META gpu_used 1
 META gsp 570.86.15
 META cuda_driver 12.8
 META nvcc release 12.6, V12.6.77
@@ -69,7 +71,7 @@ func TestRender(t *testing.T) {
 	md := buf.String()
 	for _, want := range []string{
 		"### 2026-11-25 — NVIDIA H100 80GB HBM3, driver 570.86.15\n\n| | |\n|---|---|\n| Date | 2026-11-25T09:00:00Z |\n| Host | gpu-17 |",
-		"| GPU 0 | NVIDIA H100 80GB HBM3, 00000000:18:00.0, 81559 MiB, Default, Disabled, Enabled, 96.00.99.00.01 |\n| Driver | 570.86.15 |\n| GSP firmware | 570.86.15 |\n| CUDA (driver) | 12.8 |",
+		"| GPU 1 | NVIDIA H100 80GB HBM3, 00000000:18:00.0, 81559 MiB, Default, Disabled, Enabled, 96.00.99.00.01 |\n| GPU used | 1 |\n| Driver | 570.86.15 |\n| GSP firmware | 570.86.15 |\n| CUDA (driver) | 12.8 |",
 		"| Time | 9 min 16 s of the 25-minute limit |\n| extra_fact | something \\| odd |\n",
 		"#### Summary\n\n| section | result | checks | time |\n|---|---|---|---|\n| Build | INFO | - | 41 s |\n| Capture: a CUDA C program on real libcuda | FAIL | 1 pass, 1 fail | 1 min 15 s |\n| Capture: PyTorch | SKIP | - | - |\n| RM allocations and channel controls (nvrm's procedure) | TIMEOUT | 1 pass | 6 min 40 s |\n",
 		"#### Capture: a CUDA C program on real libcuda — FAIL\n\nTraces a CUDA C program",
@@ -85,7 +87,7 @@ func TestRender(t *testing.T) {
 		"#### Capture: PyTorch — SKIP\n\nTraces a PyTorch inference loop",
 		"**Skipped:** PyTorch unusable: No module named 'torch' (pip install torch)",
 		"**TIMEOUT:** ran past its budget of 400 s and was stopped",
-		"#### Lines the report could not read\n\n```\nline 36: BROKEN line (unknown record \"BROKEN\")\n```",
+		"#### Lines the report could not read\n\n```\nline 38: BROKEN line (unknown record \"BROKEN\")\n```",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks:\n%s", want)
