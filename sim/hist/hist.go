@@ -43,9 +43,13 @@ func bounds(i int) (lo, hi uint64) {
 func (h *Histogram) Record(v uint64) {
 	i := index(v)
 	if i >= len(h.counts) {
-		grown := make([]uint64, i+1, (i+1)*5/4+1)
-		copy(grown, h.counts)
-		h.counts = grown
+		if i < cap(h.counts) {
+			h.counts = h.counts[:i+1] // the spare capacity is zeroed
+		} else {
+			grown := make([]uint64, i+1, (i+1)*5/4+1)
+			copy(grown, h.counts)
+			h.counts = grown
+		}
 	}
 	h.counts[i]++
 	if h.n == 0 || v < h.min {

@@ -79,3 +79,20 @@ func TestEmpty(t *testing.T) {
 		t.Error("empty histogram not zero")
 	}
 }
+
+// TestGrowthAllocates: values that grow one bucket at a time (latencies
+// of a queue that keeps growing) reuse the spare capacity instead of
+// reallocating per new bucket.
+func TestGrowthAllocates(t *testing.T) {
+	var n int
+	allocs := testing.AllocsPerRun(1, func() {
+		var h Histogram
+		for v := uint64(1); v < 1<<32; v += 1 + v/200 {
+			h.Record(v)
+		}
+		n = len(h.counts)
+	})
+	if allocs > 60 {
+		t.Errorf("%v allocations for %d buckets", allocs, n)
+	}
+}
