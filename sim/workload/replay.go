@@ -81,7 +81,9 @@ func (f *File) replay(i int, cm copyModel) ([]Workload, error) {
 		ops := replayOps(calls, rec.Start, class == sim.ClassLC, gap, rp.RequestEnd == "sync")
 		out = append(out, Workload{
 			Name: rp.Name, Group: rp.Name, Class: class, GPU: rp.GPU, SLO: rp.SLO, Source: "replay:" + r.File,
-			newProgram: func(_, _ uint64, _ *dispatcher) sim.Program { return &replayProgram{ops: ops} },
+			newProgram: func(_, _ uint64, _ *dispatcher) sim.Program {
+				return &replayProgram{ops: ops, lc: class == sim.ClassLC}
+			},
 		})
 	}
 	return out, nil
@@ -97,8 +99,11 @@ type Recording struct {
 }
 
 // ReadRecording reads a trace file and keeps the calls of the selected
-// processes (by pid, or by the comm of their exec event). A corrupt or
-// truncated file is an error carrying the byte offset (*trace.FormatError).
+// processes: by pid, or by comm, the name in their exec event or, for a
+// process already running when the recording started (no exec event: the
+// common case of attaching to a live server), in the name record the
+// recorder wrote for it. A corrupt or truncated file is an error carrying
+// the byte offset (*trace.FormatError).
 func ReadRecording(r io.Reader, sel []ReplayProcess) (*Recording, error) {
 	tr, err := trace.NewReader(r)
 	if err != nil {
@@ -111,6 +116,13 @@ func ReadRecording(r io.Reader, sel []ReplayProcess) (*Recording, error) {
 			byPID[s.PID] = i
 		}
 	}
+	byComm := map[string]int{}
+	for i, s := range sel {
+		if s.Comm != "" {
+			byComm[s.Comm] = i
+		}
+	}
+	seen := map[uint32]bool{} // pids whose name was looked up
 	first, n := true, 0
 	var ev trace.Event
 	for {
@@ -125,16 +137,23 @@ func ReadRecording(r io.Reader, sel []ReplayProcess) (*Recording, error) {
 			rec.Start, first = ev.Time, false
 		}
 		if ev.Kind == trace.KindExec {
-			for i, s := range sel {
-				if s.Comm != "" && s.Comm == ev.Proc.CommString() {
-					byPID[ev.PID] = i
-				}
+			seen[ev.PID] = true
+			if i, ok := byComm[ev.Proc.CommString()]; ok {
+				byPID[ev.PID] = i
 			}
 			continue
 		}
 		i, ok := byPID[ev.PID]
 		if !ok {
-			continue
+			if seen[ev.PID] || len(byComm) == 0 {
+				continue
+			}
+			seen[ev.PID] = true
+			name, named := tr.Name(ev.PID)
+			if i, ok = byComm[name]; !named || !ok {
+				continue
+			}
+			byPID[ev.PID] = i
 		}
 		c := call{t: ev.Time, end: ev.Time}
 		switch ev.Kind {
@@ -321,6 +340,7 @@ func endsRequest(calls []call, i int, gap uint64) bool {
 type replayProgram struct {
 	ops []sim.Op
 	i   int
+	lc  bool
 }
 
 // Next implements sim.Program.

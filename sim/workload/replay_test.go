@@ -22,7 +22,12 @@ const usec = uint64(time.Microsecond)
 // at +322 µs. On the default copy model (10 µs + 25 kB/25 GB/s = 11 µs per
 // copy) that is exactly three 100 µs kernels. A BE process (pid 20) launches
 // two kernels and syncs once.
-func recordedTrace(t testing.TB) []byte {
+func recordedTrace(t testing.TB) []byte { return recording(t, false) }
+
+// recording is recordedTrace; with nameOnly, infer was already running
+// when the recording started: no exec event, only the name record that
+// `arbiter trace --record` writes for such a process.
+func recording(t testing.TB, nameOnly bool) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	w, err := trace.NewWriter(&buf, trace.Header{Host: "test"})
@@ -35,9 +40,15 @@ func recordedTrace(t testing.TB) []byte {
 			t.Fatal(err)
 		}
 	}
-	exec := trace.Event{Kind: trace.KindExec, PID: 10, TID: 10, Time: base}
-	copy(exec.Proc.Comm[:], "infer")
-	write(exec)
+	if nameOnly {
+		if err := w.WriteName(10, "infer"); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		exec := trace.Event{Kind: trace.KindExec, PID: 10, TID: 10, Time: base}
+		copy(exec.Proc.Comm[:], "infer")
+		write(exec)
+	}
 	for r := uint64(0); r < 3; r++ {
 		t0 := base + 1000*usec + r*10_000*usec
 		h2d := trace.Event{Kind: trace.KindCopy, Func: trace.FuncMemcpyHtoDAsyncV2, PID: 10, TID: 10, Time: t0}
@@ -156,6 +167,31 @@ func TestReplayInference(t *testing.T) {
 	}
 	if len(durs) != 3 || durs[0] != 5000 || durs[1] != 5000 || durs[2] != 5000 {
 		t.Errorf("BE kernels %v µs, want [5000 5000 5000]", durs)
+	}
+}
+
+// TestReplayByNameRecord: a process already running when the recording
+// started has no exec event, only a name record; {comm: infer} finds it
+// by that name, with the same calls as when it was exec'd in the trace.
+func TestReplayByNameRecord(t *testing.T) {
+	calls := func(data []byte) [][]call {
+		rec, err := ReadRecording(bytes.NewReader(data), []ReplayProcess{{Comm: "infer", Name: "infer", Class: "lc"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Calls
+	}
+	named, execd := calls(recording(t, true)), calls(recordedTrace(t))
+	if len(named[0]) != 18 || len(named[0]) != len(execd[0]) {
+		t.Fatalf("by name record: %d calls; by exec: %d; want 18", len(named[0]), len(execd[0]))
+	}
+	f := writeReplaySpec(t, recording(t, true))
+	if ws, err := f.Workloads(); err != nil || ws[0].Name != "infer" {
+		t.Fatalf("replay by name record: %v", err)
+	}
+	tp, err := TraceProcesses(bytes.NewReader(recording(t, true)))
+	if err != nil || len(tp) != 2 || tp[0].Comm != "infer" || tp[0].Calls != 21 || tp[1].PID != 20 || tp[1].Comm != "" {
+		t.Errorf("trace processes %+v, %v", tp, err)
 	}
 }
 
