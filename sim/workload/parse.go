@@ -3,11 +3,13 @@ package workload
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
@@ -52,6 +54,9 @@ type File struct {
 	// files it names are resolved against Dir.
 	Path string
 	Dir  string
+	// Warnings are things the spec says that are valid but probably not
+	// meant (FILE:LINE: PATH: message), for the caller to show.
+	Warnings []string
 }
 
 // Load reads, checks and validates a spec file.
@@ -69,10 +74,20 @@ func Parse(data []byte, name string) (*File, error) {
 	if len(data) > maxSpecBytes {
 		return nil, &FieldError{File: name, Msg: fmt.Sprintf("spec is %d bytes, more than %d", len(data), maxSpecBytes)}
 	}
+	if IsTrace(data) {
+		return nil, &FieldError{File: name, Msg: "this is a trace recorded by arbiter trace --record, not a workload spec: " +
+			"replay it from a spec's replay section (docs/simulator.md, \"Replaying a recorded trace\")"}
+	}
+	if off := bytes.IndexByte(data, 0); off >= 0 || !utf8.Valid(data) {
+		if off < 0 {
+			off = invalidUTF8At(data)
+		}
+		return nil, &FieldError{File: name, Msg: fmt.Sprintf("not a text file (binary data at byte offset %d): a workload spec is YAML or JSON text", off)}
+	}
 	var root yamlv3.Node
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {
-		return nil, &FieldError{File: name, Msg: "not valid YAML or JSON: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		return nil, &FieldError{File: name, Msg: "not valid YAML or JSON: " + clip(strings.TrimPrefix(err.Error(), "yaml: "), 200)}
 	}
 	lines := map[string]int{}
 	doc := &root
@@ -85,10 +100,14 @@ func Parse(data []byte, name string) (*File, error) {
 	}
 	f := &File{Path: name, Dir: filepath.Dir(name)}
 	if err := yaml.UnmarshalStrict(data, &f.Spec); err != nil {
-		return nil, &FieldError{File: name, Msg: err.Error()}
+		return nil, &FieldError{File: name, Msg: clip(err.Error(), 200)}
 	}
 	if f.Spec.Name == "" && name != "" {
 		f.Spec.Name = strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))
+	}
+	for _, w := range f.Spec.warnings(lines) {
+		w.File, w.Line = name, lineOf(lines, w.Path)
+		f.Warnings = append(f.Warnings, w.Error())
 	}
 	if err := f.Spec.validate(); err != nil {
 		err.File = name
@@ -151,9 +170,12 @@ func walk(n *yamlv3.Node, t reflect.Type, path string, lines map[string]int) *Fi
 		seen := map[string]bool{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
-			child := joinPath(path, k.Value)
+			child := joinPath(path, clip(k.Value, 40))
 			f, ok := fields[k.Value]
 			if !ok {
+				if len(fields) == 0 {
+					return &FieldError{Path: child, Line: k.Line, Msg: fmt.Sprintf("unknown field: %s takes no fields (write %s: {})", pathOr(path), lastName(path))}
+				}
 				return &FieldError{Path: child, Line: k.Line, Msg: fmt.Sprintf("unknown field (known: %s)", knownList(t))}
 			}
 			if seen[k.Value] {
@@ -193,11 +215,15 @@ func walk(n *yamlv3.Node, t reflect.Type, path string, lines map[string]int) *Fi
 			_, err = strconv.ParseInt(n.Value, 0, bits)
 		}
 		if err != nil {
-			return fail(fmt.Sprintf("integer %s out of range for this field", n.Value))
+			return fail(fmt.Sprintf("integer %s out of range for this field", clip(n.Value, 40)))
 		}
 	case reflect.Float64:
 		if n.Kind != yamlv3.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
 			return fail("want a number, got " + describe(n))
+		}
+		var v float64
+		if err := n.Decode(&v); err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return fail(fmt.Sprintf("%s: want a finite number", clip(n.Value, 40)))
 		}
 	}
 	return nil
@@ -227,13 +253,54 @@ func describe(n *yamlv3.Node) string {
 	}
 	switch n.Tag {
 	case "!!str":
-		return fmt.Sprintf("string %q", n.Value)
+		return "string " + quote(n.Value)
 	case "!!int", "!!float":
-		return "number " + n.Value
+		return "number " + clip(n.Value, 40)
 	case "!!bool":
 		return "boolean " + n.Value
 	}
-	return n.Value
+	return clip(n.Value, 40)
+}
+
+// quote quotes a value from the spec for a message, cut to 40 characters
+// so that a stray binary or minified blob does not fill the screen.
+func quote(s string) string {
+	r := []rune(s)
+	if len(r) <= 40 {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", string(r[:40]), len(s))
+}
+
+// clip cuts a message to n bytes on a character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// lastName is the last field name of a path.
+func lastName(path string) string {
+	if i := strings.LastIndexAny(path, ".]"); i >= 0 {
+		return path[i+1:]
+	}
+	return path
+}
+
+// invalidUTF8At finds the first byte that is not valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 type fieldInfo struct{ Type reflect.Type }

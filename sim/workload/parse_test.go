@@ -2,6 +2,7 @@ package workload
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -49,8 +50,11 @@ func TestParseGood(t *testing.T) {
 		t.Errorf("be kernel %+v", s.BE[0].Kernel)
 	}
 	o, err := f.Options()
-	if err != nil || o.GPUs != 2 || o.Timeslice != 2*time.Millisecond || o.Granularity != 1 || o.ControlLatency != 300*time.Microsecond {
+	if err != nil || o.GPUs != 2 || o.Timeslice != 2*time.Millisecond || o.Granularity != 1 {
 		t.Errorf("options %+v %v", o, err)
+	}
+	if cl := f.ControlLatency(); cl == nil || *cl != 300*time.Microsecond {
+		t.Errorf("control latency %v", cl)
 	}
 	ws, err := f.Workloads()
 	if err != nil || len(ws) != 2 || ws[0].Name != "infer" || ws[1].GPU != 1 {
@@ -104,6 +108,15 @@ func TestParseErrors(t *testing.T) {
 		{"pid and comm", "gpus: 1\nreplay: [{file: x, processes: [{pid: 1, comm: a, name: a, class: lc, gpu: 0}]}]\n", "replay[0].processes[0]: give exactly one of pid and comm"},
 		{"too many replicas", base("    replicas: 65\n"), "x.yaml:8: lc[0].replicas: 65: must be between 1 and 64"},
 		{"bad model", "gpus: 1\nmodel: {granularity: warp}\nbe: [{name: b, gpu: 0, kernel: 1ms}]\n", `x.yaml:2: model.granularity: "warp"`},
+		{"NaN slowdown", "gpus: 1\nmodel:\n  spatial_slowdown: .nan\nbe: [{name: b, gpu: 0, kernel: 1ms}]\n", "x.yaml:3: model.spatial_slowdown: .nan: want a finite number"},
+		{"Inf bandwidth", "gpus: 1\nmodel: {copy_bandwidth: .inf}\nbe: [{name: b, gpu: 0, kernel: 1ms}]\n", "x.yaml:2: model.copy_bandwidth: .inf: want a finite number"},
+		{"NaN percentile", base("    slo: {target: 1ms, percentile: .NaN}\n"), "x.yaml:8: lc[0].slo.percentile: .NaN: want a finite number"},
+		{"NaN cv", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: {dist: lognormal, mean: 1ms, cv: -.inf}\n", "x.yaml:5: be[0].kernel.cv: -.inf: want a finite number"},
+		{"sigma with poisson", strings.Replace(base(""), "rate: 10}", "rate: 10, sigma: 2}", 1), "x.yaml:5: lc[0].arrival.sigma: sigma applies to process lognormal only"},
+		{"mean with uniform", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: {dist: uniform, mean: 2ms, min: 1ms, max: 3ms}\n", "x.yaml:5: be[0].kernel.mean: a uniform distribution is set by min and max"},
+		{"fields in sync", base("      - sync: {x: 1}\n"), "x.yaml:8: lc[0].request[1].sync.x: unknown field: lc[0].request[1].sync takes no fields (write sync: {})"},
+		{"binary", "gpus: 1\x00\x01\x02" + strings.Repeat("\xff", 5000), "x.yaml: not a text file (binary data at byte offset 7)"},
+		{"trace file", "ARBTRACE\x01\x00garbage", "x.yaml: this is a trace recorded by arbiter trace --record, not a workload spec"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -119,6 +132,72 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("got  %v\nwant %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestParseEchoesLittle: a long or binary value is quoted in a message
+// cut to a few dozen characters, never echoed whole.
+func TestParseEchoesLittle(t *testing.T) {
+	blob := strings.Repeat("ab\u00e9", 3000)
+	for _, spec := range []string{
+		"gpus: 1\nbe: [{name: \"" + blob + "\", gpu: 0, kernel: 1ms}]\n",
+		"gpus: 1\n" + blob + ": 1\n",
+		"gpus: 1\nbe: [{name: b, gpu: 0, kernel: \"" + blob + "\"}]\n",
+		"gpus: 1\nbe: [{name: b, gpu: 0, kernel: 1ms, sync_every: " + strings.Repeat("9", 5000) + "}]\n",
+	} {
+		_, err := Parse([]byte(spec), "x.yaml")
+		if err == nil || len(err.Error()) > 300 {
+			t.Errorf("error of %d bytes: %.400v", len(fmt.Sprint(err)), err)
+		}
+	}
+}
+
+// TestParseWarnings: an explicit 0 that stands for a default is valid
+// but probably not meant: it is reported with its line.
+func TestParseWarnings(t *testing.T) {
+	spec := "gpus: 1\nmodel:\n  timeslice: 0s\n  spatial_slowdown: 0\n  control_latency: 0s\nbe:\n  - {name: b, gpu: 0, kernel: 1ms, sync_every: 0}\n"
+	f, err := Parse([]byte(spec), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(f.Warnings, "\n")
+	for _, want := range []string{"w.yaml:3: model.timeslice: 0 means the default (1.024ms)",
+		"w.yaml:4: model.spatial_slowdown: 0 means the default (0.7); not \"no interference\"",
+		"w.yaml:7: be[0].sync_every: 0 means the default (a sync after every kernel)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "control_latency") {
+		t.Errorf("control_latency 0s is meaningful (at once), not a default: %s", got)
+	}
+	if cl := f.ControlLatency(); cl == nil || *cl != 0 {
+		t.Errorf("explicit control_latency 0s read as %v", cl)
+	}
+	if f, _ := Parse([]byte(goodSpec), "good.yaml"); len(f.Warnings) != 0 {
+		t.Errorf("warnings for a spec without zeros: %v", f.Warnings)
+	}
+}
+
+// TestLoadWarnings: an LC workload asking 500× the GPU's time is reported
+// before the run with the numbers; a feasible one is not.
+func TestLoadWarnings(t *testing.T) {
+	spec := func(rate int) string {
+		return fmt.Sprintf("gpus: 1\nlc:\n  - name: a\n    gpu: 0\n    arrival: {process: poisson, rate: %d}\n"+
+			"    request:\n      - kernel: {count: 10, duration: {dist: uniform, min: 0.5ms, max: 1.5ms}}\n", rate)
+	}
+	f, err := Parse([]byte(spec(50000)), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := LoadWarnings(f, time.Hour)
+	if len(w) != 1 || !strings.Contains(w[0], "gpu 0: the LC workloads a ask for 500 s of kernel time per simulated second, 500× what the GPU has") ||
+		!strings.Contains(w[0], "a has max_pending 100000 requests waiting after about 2.004s and turns later ones away") {
+		t.Errorf("warnings %q", w)
+	}
+	f, _ = Parse([]byte(spec(50)), "w.yaml")
+	if w := LoadWarnings(f, time.Hour); len(w) != 0 {
+		t.Errorf("feasible load warned: %q", w)
 	}
 }
 

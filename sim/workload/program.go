@@ -81,7 +81,6 @@ func (f *File) Options() (sim.Options, error) {
 	o.SpatialSlowdown = m.SpatialSlowdown
 	o.CopyBandwidth = m.CopyBandwidth
 	o.CopyLatency = time.Duration(m.CopyLatency)
-	o.ControlLatency = time.Duration(m.ControlLatency)
 	switch m.Granularity {
 	case "block":
 		o.Granularity = sim.GranularityBlock
@@ -89,6 +88,16 @@ func (f *File) Options() (sim.Options, error) {
 		o.Granularity = sim.GranularityKernel
 	}
 	return o, nil
+}
+
+// ControlLatency returns the control latency the spec's model sets for
+// closed-loop baselines, nil when it sets none.
+func (f *File) ControlLatency() *time.Duration {
+	if f.Spec.Model == nil || f.Spec.Model.ControlLatency == nil {
+		return nil
+	}
+	d := time.Duration(*f.Spec.Model.ControlLatency)
+	return &d
 }
 
 // Workloads builds every workload of the spec, reading arrival files and

@@ -23,7 +23,9 @@ type Spec struct {
 	Replay []Replay `json:"replay,omitempty"`
 }
 
-// Model overrides sim.Options fields; omitted ones keep their defaults.
+// Model overrides sim.Options fields; omitted ones keep their defaults
+// (0 also means the default, except for ControlLatency, where an explicit
+// 0s means controls take effect at once).
 type Model struct {
 	Timeslice       Duration `json:"timeslice,omitempty"`
 	ContextSwitch   Duration `json:"context_switch,omitempty"`
@@ -33,7 +35,9 @@ type Model struct {
 	SpatialSlowdown float64  `json:"spatial_slowdown,omitempty"`
 	CopyBandwidth   float64  `json:"copy_bandwidth,omitempty"` // bytes/s
 	CopyLatency     Duration `json:"copy_latency,omitempty"`
-	ControlLatency  Duration `json:"control_latency,omitempty"`
+	// ControlLatency applies to the closed-loop baselines (open-loop ones
+	// make no control calls); omitted: whatif.DefaultControlLatency.
+	ControlLatency *Duration `json:"control_latency,omitempty"`
 }
 
 // SLO is an LC workload's latency objective.
@@ -55,8 +59,8 @@ type LC struct {
 	Arrival Arrival `json:"arrival"`
 	Request []Step  `json:"request"`
 	// MaxPending bounds the requests waiting to be served (default
-	// 100000); a run past it stops with an error, never grows without
-	// bound.
+	// 100000): later arrivals are turned away, as by a server with a
+	// bounded queue, and counted as rejected (and as SLO misses).
 	MaxPending int `json:"max_pending,omitempty"`
 	// Replicas is the number of server processes (default 1, at most 64),
 	// each its own CUDA process with its own channel group on GPU, taking
@@ -169,7 +173,7 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 func parseDuration(s string) (time.Duration, error) {
 	v, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
-		return 0, fmt.Errorf("bad duration %q: want a number with a unit such as \"250us\"", s)
+		return 0, fmt.Errorf("bad duration %s: want a number with a unit such as \"250us\"", quote(s))
 	}
 	return v, nil
 }

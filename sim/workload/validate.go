@@ -56,10 +56,10 @@ func (s *Spec) validate() *FieldError {
 	names := map[string]string{}
 	name := func(path, v string) *FieldError {
 		if !nameRE.MatchString(v) {
-			return fieldErr(path, "name %q: want 1–64 letters, digits, '.', '_' or '-'", v)
+			return fieldErr(path, "name %s: want 1–64 letters, digits, '.', '_' or '-'", quote(v))
 		}
 		if prev, dup := names[v]; dup {
-			return fieldErr(path, "name %q already used at %s", v, prev)
+			return fieldErr(path, "name %s already used at %s", quote(v), prev)
 		}
 		names[v] = path
 		return nil
@@ -138,7 +138,7 @@ func (s *Spec) validate() *FieldError {
 				return err
 			}
 			if rp.Class != "lc" && rp.Class != "be" {
-				return fieldErr(pp+".class", "%q: want lc or be", rp.Class)
+				return fieldErr(pp+".class", "%s: want lc or be", quote(rp.Class))
 			}
 			if err := rp.SLO.validate(pp + ".slo"); err != nil {
 				return err
@@ -147,7 +147,7 @@ func (s *Spec) validate() *FieldError {
 				return fieldErr(pp+".slo", "only lc processes have an SLO")
 			}
 			if rp.RequestEnd != "" && rp.RequestEnd != "gap" && rp.RequestEnd != "sync" {
-				return fieldErr(pp+".request_end", "%q: want gap or sync", rp.RequestEnd)
+				return fieldErr(pp+".request_end", "%s: want gap or sync", quote(rp.RequestEnd))
 			}
 			if rp.RequestEnd != "" && rp.Class != "lc" {
 				return fieldErr(pp+".request_end", "only lc processes have requests")
@@ -168,15 +168,18 @@ func (m *Model) validate() *FieldError {
 		path string
 		v    Duration
 	}{{"model.timeslice", m.Timeslice}, {"model.context_switch", m.ContextSwitch}, {"model.preemption", m.Preemption},
-		{"model.block_drain", m.BlockDrain}, {"model.copy_latency", m.CopyLatency}, {"model.control_latency", m.ControlLatency}} {
+		{"model.block_drain", m.BlockDrain}, {"model.copy_latency", m.CopyLatency}} {
 		if d.v < 0 || time.Duration(d.v) > maxDuration {
 			return fieldErr(d.path, "%v: must be between 0 (default) and %v", time.Duration(d.v), maxDuration)
 		}
 	}
+	if c := m.ControlLatency; c != nil && (*c < 0 || time.Duration(*c) > maxDuration) {
+		return fieldErr("model.control_latency", "%v: must be between 0 (at once) and %v", time.Duration(*c), maxDuration)
+	}
 	switch m.Granularity {
 	case "", "instruction", "block", "kernel":
 	default:
-		return fieldErr("model.granularity", "%q: want instruction, block or kernel", m.Granularity)
+		return fieldErr("model.granularity", "%s: want instruction, block or kernel", quote(m.Granularity))
 	}
 	if m.SpatialSlowdown < 0 || m.SpatialSlowdown > 100 {
 		return fieldErr("model.spatial_slowdown", "%v: must be between 0 and 100", m.SpatialSlowdown)
@@ -209,6 +212,9 @@ func (a *Arrival) validate(path string) *FieldError {
 		if a.Sigma < 0 || a.Sigma > 10 {
 			return fieldErr(path+".sigma", "%v: must be between 0 (default 1) and 10", a.Sigma)
 		}
+		if a.Sigma != 0 && a.Process != "lognormal" {
+			return fieldErr(path+".sigma", "sigma applies to process lognormal only (%s has no shape to set)", a.Process)
+		}
 		if len(a.Times) > 0 || a.File != "" {
 			return fieldErr(path, "times and file belong to process: trace")
 		}
@@ -219,6 +225,9 @@ func (a *Arrival) validate(path string) *FieldError {
 		if a.Rate != 0 {
 			return fieldErr(path+".rate", "a recorded arrival trace has no rate")
 		}
+		if a.Sigma != 0 {
+			return fieldErr(path+".sigma", "sigma applies to process lognormal only")
+		}
 		for i := range a.Times {
 			if a.Times[i] < 0 || (i > 0 && a.Times[i] < a.Times[i-1]) {
 				return fieldErr(fmt.Sprintf("%s.times[%d]", path, i), "%v: arrival offsets must be non-negative and non-decreasing",
@@ -226,7 +235,7 @@ func (a *Arrival) validate(path string) *FieldError {
 			}
 		}
 	default:
-		return fieldErr(path+".process", "%q: want poisson, lognormal, periodic or trace", a.Process)
+		return fieldErr(path+".process", "%s: want poisson, lognormal, periodic or trace", quote(a.Process))
 	}
 	return nil
 }
@@ -250,7 +259,7 @@ func validateRequest(path string, steps []Step) *FieldError {
 		switch {
 		case st.Copy != nil:
 			if st.Copy.Dir != "h2d" && st.Copy.Dir != "d2h" {
-				return fieldErr(p+".copy.dir", "%q: want h2d or d2h", st.Copy.Dir)
+				return fieldErr(p+".copy.dir", "%s: want h2d or d2h", quote(st.Copy.Dir))
 			}
 			if st.Copy.Bytes == 0 || st.Copy.Bytes > maxBytes {
 				return fieldErr(p+".copy.bytes", "%d: must be between 1 and %d", st.Copy.Bytes, uint64(maxBytes))
@@ -289,13 +298,16 @@ func (d *Dist) validate(path string, positive bool) *FieldError {
 	switch d.Dist {
 	case "", "const", "exp", "lognormal", "uniform":
 	default:
-		return fieldErr(path+".dist", "%q: want const, exp, lognormal or uniform", d.Dist)
+		return fieldErr(path+".dist", "%s: want const, exp, lognormal or uniform", quote(d.Dist))
 	}
 	if d.Mean < 0 || d.Min < 0 || d.Max < 0 {
 		return fieldErr(path, "negative duration (mean %v, min %v, max %v): durations must be positive",
 			time.Duration(d.Mean), time.Duration(d.Min), time.Duration(d.Max))
 	}
 	if d.Dist == "uniform" {
+		if d.Mean != 0 {
+			return fieldErr(path+".mean", "a uniform distribution is set by min and max (its mean is (min+max)/2): drop mean")
+		}
 		if d.Max <= d.Min || (positive && d.Min == 0) {
 			return fieldErr(path, "uniform needs 0 < min < max (min %v, max %v)", time.Duration(d.Min), time.Duration(d.Max))
 		}
