@@ -41,13 +41,21 @@ type gpu struct {
 	// Spatial mode: every runnable group's kernel co-runs.
 	running []*proc
 
+	// prio is set under both priority modes; claims counts the LC
+	// processes in a request (request-priority mode), during which BE
+	// stays off the engine.
+	prio   bool
+	claims int
+
 	copyQ   [2][]*proc
 	copyCur [2]*proc
 
 	st GPUStats
 }
 
-func newGPU(s *Simulator, idx int) *gpu { return &gpu{s: s, idx: idx} }
+func newGPU(s *Simulator, idx int) *gpu {
+	return &gpu{s: s, idx: idx, prio: s.cfg.mode == ModePriority || s.cfg.mode == ModeRequestPriority}
+}
 
 // entries is how many runlist slots an interleave level gets.
 func entries(l engine.Interleave) int {
@@ -99,7 +107,7 @@ func (g *gpu) buildRunlist() {
 
 // eligibleOver reports whether q may take the engine from p under the mode.
 func (g *gpu) eligibleOver(q, p *proc) bool {
-	if g.s.cfg.mode == ModePriority && p.class == ClassLC {
+	if g.prio && p.class == ClassLC {
 		return q.class == ClassLC
 	}
 	return true
@@ -132,7 +140,7 @@ func (g *gpu) kick(p *proc, now uint64) {
 		if p == g.cur || g.drain {
 			return
 		}
-		if g.s.cfg.mode == ModePriority && p.class == ClassLC && g.cur.class == ClassBE {
+		if g.prio && p.class == ClassLC && g.cur.class == ClassBE {
 			g.account(now)
 			g.requestPreempt(now)
 			return
@@ -142,7 +150,7 @@ func (g *gpu) kick(p *proc, now uint64) {
 			g.plan(now)
 		}
 	case gSwitch:
-		if g.s.cfg.mode == ModePriority && p.class == ClassLC && g.cur.class == ClassBE {
+		if g.prio && p.class == ClassLC && g.cur.class == ClassBE {
 			g.abortSwitch(now)
 		}
 	}
@@ -153,8 +161,8 @@ func (g *gpu) kick(p *proc, now uint64) {
 func (g *gpu) dispatch(now uint64) {
 	g.cur, g.state = nil, gIdle
 	n := len(g.runlist)
-	lcOnly := false
-	if g.s.cfg.mode == ModePriority {
+	lcOnly := g.claims > 0
+	if g.prio && !lcOnly {
 		for _, q := range g.procs {
 			if q.class == ClassLC && q.runnable() {
 				lcOnly = true
@@ -187,6 +195,35 @@ func (g *gpu) start(now uint64) {
 	g.state, g.since, g.segStart, g.sliceStart = gRun, now, now, now
 	g.last = g.cur
 	g.plan(now)
+}
+
+// claim marks the start of an LC request under request-priority: a BE
+// group on the engine is taken off it at once.
+func (g *gpu) claim(now uint64) {
+	g.claims++
+	if g.cur == nil || g.cur.class != ClassBE {
+		return
+	}
+	switch g.state {
+	case gRun:
+		g.account(now)
+		if !g.drain {
+			g.requestPreempt(now)
+		}
+	case gSwitch:
+		g.abortSwitch(now)
+	}
+}
+
+// release marks the end of an LC request under request-priority. A
+// dispatch is scheduled rather than done here, so that the same server's
+// next request, begun at the same instant, keeps BE off without a wasted
+// switch.
+func (g *gpu) release(now uint64) {
+	g.claims--
+	if g.claims == 0 && g.state == gIdle {
+		g.scheduleAt(now)
+	}
 }
 
 // abortSwitch abandons switching in cur (the time spent is lost).
@@ -255,6 +292,8 @@ func (g *gpu) onEvent(now uint64) {
 		return
 	}
 	switch g.state {
+	case gIdle:
+		g.dispatch(now)
 	case gSwitch:
 		g.st.SwitchTime += now - g.since
 		g.segment(SegmentSwitch, g.cur, now)

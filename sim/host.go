@@ -250,6 +250,9 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 			}
 			p.inReq, p.arrival = true, op.At
 			p.st.RequestsBegun++
+			if s.cfg.mode == ModeRequestPriority && p.class == ClassLC {
+				s.gpus[p.gpu].claim(now)
+			}
 		case OpStop:
 			p.host = hostStopped
 			return
@@ -271,6 +274,9 @@ func (s *Simulator) completeSync(p *proc, now uint64) {
 		p.lat.Record(now - p.arrival)
 		p.st.Requests++
 		p.inReq = false
+		if s.cfg.mode == ModeRequestPriority && p.class == ClassLC {
+			s.gpus[p.gpu].release(now)
+		}
 	}
 }
 

@@ -59,7 +59,7 @@ func (p *randomProgram) Next(now uint64) (Op, error) {
 func checkInvariants(t *testing.T, seed uint64, ctlSeed uint64) {
 	r := rand.New(rand.NewPCG(seed, ctlSeed))
 	opts := &Options{
-		GPUs: 1 + r.IntN(3), Mode: Mode(r.IntN(3)), Granularity: Granularity(r.IntN(3)),
+		GPUs: 1 + r.IntN(3), Mode: Mode(r.IntN(4)), Granularity: Granularity(r.IntN(3)),
 		Timeslice: time.Duration(1+r.IntN(2000)) * time.Microsecond, ContextSwitch: time.Duration(1+r.IntN(50)) * time.Microsecond,
 		Preemption: time.Duration(1+r.IntN(50)) * time.Microsecond, ControlLatency: time.Duration(r.IntN(2)*r.IntN(500)) * time.Microsecond,
 		Observe: true, TimelineWindow: time.Second,

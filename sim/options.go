@@ -17,10 +17,18 @@ const (
 	// ModeSpatial runs every runnable channel group's kernel at once, each
 	// slowed by the number of co-runners (MPS-like).
 	ModeSpatial
-	// ModePriority is ideal priority: an LC channel group that becomes
-	// runnable preempts a BE one at once, paying only the preemption cost;
-	// BE runs only when no LC group is runnable.
+	// ModePriority is ideal per-kernel priority: an LC channel group that
+	// becomes runnable preempts a BE one at once (at the modelled
+	// granularity), paying only the preemption cost; BE runs only when no
+	// LC group is runnable.
 	ModePriority
+	// ModeRequestPriority is ideal request-aware priority: from the moment
+	// an LC process begins a request until the request ends, the BE
+	// groups on its GPU are off the compute engine, even while the LC
+	// process has no kernel ready (host work, copies, synchronizations).
+	// It spares the preemptions ModePriority pays in every gap inside a
+	// request, at the cost of leaving the GPU idle in those gaps.
+	ModeRequestPriority
 )
 
 // String returns the mode's name.
@@ -32,6 +40,8 @@ func (m Mode) String() string {
 		return "spatial"
 	case ModePriority:
 		return "priority"
+	case ModeRequestPriority:
+		return "request-priority"
 	}
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
@@ -168,7 +178,7 @@ func (o *Options) resolve() (config, error) {
 	if c.gpus < 0 || c.gpus > maxGPUs {
 		return c, fmt.Errorf("gpus %d: must be between 1 and %d", o.GPUs, maxGPUs)
 	}
-	if c.mode > ModePriority {
+	if c.mode > ModeRequestPriority {
 		return c, fmt.Errorf("unknown mode %d", c.mode)
 	}
 	if c.granularity > GranularityKernel {

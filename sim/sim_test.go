@@ -443,3 +443,38 @@ func TestBurstEqualsLaunches(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestPriority pins request-aware priority against per-kernel
+// priority. LC's request arrives at 1 ms: a 200 µs kernel, a sync, 300 µs
+// of host work, another 200 µs kernel; BE has a 10 ms kernel from 0.
+// Switch 20 µs, save 30 µs.
+//
+//	both: BE 20–1000, save 1000–1030, switch 1030–1050, LC 1050–1250
+//	request-priority: GPU idle in the host gap; LC 1550–1750 (its context
+//	  still loaded): latency 750 µs; BE switched back 1750–1770
+//	priority: BE switched in for the gap 1250–1270, runs 1270–1550, saved
+//	  1550–1580, LC switched 1580–1600, runs 1600–1800: latency 800 µs
+func TestRequestPriority(t *testing.T) {
+	for _, c := range []struct {
+		mode Mode
+		lat  uint64
+		be   [][2]uint64
+	}{
+		{ModeRequestPriority, 750, [][2]uint64{{20, 1000}, {1770, 10790}}},
+		{ModePriority, 800, [][2]uint64{{20, 1000}, {1270, 1550}, {1820, 10560}}},
+	} {
+		lc := &script{ops: []Op{{Kind: OpWaitUntil, At: 1000 * us}, {Kind: OpBegin, At: 1000 * us},
+			{Kind: OpKernel, Dur: 200 * us}, {Kind: OpSync}, {Kind: OpSleep, Dur: 300 * us}, {Kind: OpKernel, Dur: 200 * us}, {Kind: OpEnd}}}
+		s, pids := mustSim(t, &Options{Mode: c.mode, ContextSwitch: 20 * time.Microsecond, Preemption: 30 * time.Microsecond},
+			Process{Name: "be", Program: kernels(10000 * us)},
+			Process{Name: "lc", Class: ClassLC, Program: lc})
+		if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		st := s.Stats()
+		if got := st.Procs[1].Latency.Max() / us; got != c.lat {
+			t.Errorf("%v: LC latency %d µs, want %d", c.mode, got, c.lat)
+		}
+		equalRuns(t, c.mode.String()+" BE", runs(st, pids[0]), c.be)
+	}
+}

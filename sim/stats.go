@@ -22,9 +22,11 @@ type ProcStats struct {
 	Copies uint64
 	Syncs  uint64
 	// Requests completed; RequestsBegun counts those started, so at most
-	// one more than Requests.
-	Requests      uint64
-	RequestsBegun uint64
+	// one more than Requests; when it is one more, InServiceSince is the
+	// arrival time of the request still in service.
+	Requests       uint64
+	RequestsBegun  uint64
+	InServiceSince uint64
 	// Preempted counts how often a kernel of this process was saved off the
 	// GPU mid-flight.
 	Preempted uint64
@@ -87,6 +89,9 @@ func (s *Simulator) Stats() Stats {
 		ps := p.st
 		ps.PID, ps.Name, ps.Class, ps.GPU = p.pid, p.name, p.class, p.gpu
 		ps.KernelsInFlight = uint64(p.kernels)
+		if p.inReq {
+			ps.InServiceSince = p.arrival
+		}
 		ps.Latency = &p.lat
 		st.Procs = append(st.Procs, ps)
 	}
