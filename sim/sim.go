@@ -153,16 +153,21 @@ func (s *Simulator) start(end uint64) {
 // returns the first error of the model (a program failure or an exceeded
 // bound), or ctx's error.
 func (s *Simulator) Run(ctx context.Context, end uint64) error {
-	return s.RunProgress(ctx, end, 0, nil)
+	return s.RunProgress(ctx, end, nil)
 }
 
-// RunProgress is Run that also calls progress(now) every `every` of
-// virtual time (every > 0).
-func (s *Simulator) RunProgress(ctx context.Context, end uint64, every time.Duration, progress func(now uint64)) error {
+// progressEvery is how many events pass between two checks of the
+// context and two progress calls: cheap enough to ignore, frequent enough
+// that a caller can report about once a second whatever the simulated
+// time per event.
+const progressEvery = 1 << 14
+
+// RunProgress is Run that also calls progress(now), if not nil, every
+// 16,384 events.
+func (s *Simulator) RunProgress(ctx context.Context, end uint64, progress func(now uint64)) error {
 	s.start(end)
-	next := uint64(every)
 	for n := 0; ; n++ {
-		if n&0x3fff == 0 {
+		if n&(progressEvery-1) == 0 {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("simulation stopped at %v: %w", time.Duration(s.now), err)
 			}
@@ -171,11 +176,8 @@ func (s *Simulator) RunProgress(ctx context.Context, end uint64, every time.Dura
 				return ErrClosed
 			default:
 			}
-		}
-		if progress != nil && every > 0 && s.q.len() > 0 && s.q.peek().t >= next {
-			for next <= s.q.peek().t && next <= s.end {
-				progress(next)
-				next += uint64(every)
+			if progress != nil && n > 0 {
+				progress(s.now)
 			}
 		}
 		more := s.step()

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +26,7 @@ type simFlags struct {
 	seed      uint64
 	duration  time.Duration
 	out       string
+	format    string
 	policy    string
 	window    time.Duration
 	quiet     bool
@@ -38,31 +41,54 @@ func newSimCmd() *cobra.Command {
 		Long: `sim runs a workload spec (YAML or JSON; see examples/workloads and
 docs/simulator.md) on a discrete-event model of the GPUs, once per baseline,
 with the same seed, and prints a comparison table: per LC workload the
-p50/p99/p99.9 latency, its ratio to running alone, SLO attainment; per BE
-workload its throughput as a fraction of running alone; preemptions per second
-and GPU utilization.
+requests that arrived, were served and were left waiting, the p50/p99/p99.9
+latency, its ratio to running alone, SLO attainment; per BE workload its
+throughput as a fraction of running alone; preemptions per second and GPU
+utilization. Baselines run concurrently; the output does not depend on it.
 
 Baselines: ` + strings.Join(whatif.Names(), ", ") + `.
 With --out, writes report.json (same seed, same bytes), cdf.svg and
-timeline.svg into the directory.`,
+timeline.svg into the directory. A trace recorded by arbiter trace --record
+is replayed through a spec; given one, sim prints a spec to start from.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.workload, "workload", "", "workload spec file (YAML or JSON)")
-	fl.StringVar(&f.baselines, "baselines", "exclusive,timeslice,mps,priority", "comma-separated baselines to compare")
+	fl.StringVar(&f.baselines, "baselines", strings.Join(whatif.DefaultBaselines(), ","), "comma-separated baselines to compare")
 	fl.Uint64Var(&f.seed, "seed", 1, "random seed (same seed, same results)")
 	fl.DurationVar(&f.duration, "duration", 0, "simulated time per run (default: the spec's duration, else 60s)")
 	fl.StringVar(&f.out, "out", "", "directory for report.json and the SVG plots")
+	fl.StringVar(&f.format, "format", "table", "what to print on stdout: table or json (the report.json content)")
 	fl.StringVar(&f.policy, "policy", "", "Rego policy directory: adds the arbiter baseline")
 	fl.DurationVar(&f.window, "timeline-window", 50*time.Millisecond, "simulated time shown in timeline.svg")
-	fl.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	fl.BoolVar(&f.quiet, "quiet", false, "no progress or warnings on stderr")
 	_ = cmd.MarkFlagRequired("workload")
 	return cmd
 }
 
+// errInterrupted ends a run stopped by Ctrl-C or SIGTERM: exit status 130,
+// as interrupted command-line tools do, and no output files.
+type errInterrupted struct{}
+
+func (errInterrupted) Error() string { return "interrupted: no output written" }
+
+// ExitCode implements exitCoder.
+func (errInterrupted) ExitCode() int { return 130 }
+
 func runSim(cmd *cobra.Command, f *simFlags) error {
-	file, err := workload.Load(f.workload)
+	if f.format != "table" && f.format != "json" {
+		return fmt.Errorf("--format %q: want table or json", f.format)
+	}
+	if f.duration < 0 || f.window < 0 {
+		return errors.New("--duration and --timeline-window must not be negative")
+	}
+	if f.out != "" {
+		if err := checkOutDir(f.out); err != nil {
+			return err
+		}
+	}
+	file, err := loadSpec(f.workload)
 	if err != nil {
 		return err
 	}
@@ -81,9 +107,6 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if dur == 0 {
 		dur = time.Minute
 	}
-	if dur < 0 || f.window < 0 {
-		return errors.New("--duration and --timeline-window must not be negative")
-	}
 	var names []string
 	for _, n := range strings.Split(f.baselines, ",") {
 		if n = strings.TrimSpace(n); n != "" {
@@ -94,23 +117,69 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		names = append(names, whatif.Arbiter)
 	}
 	cfg := &whatif.Config{
-		Name: file.Spec.Name, Workloads: ws, Options: opts, Seed: f.seed, Duration: dur,
+		Name: file.Spec.Name, Workloads: ws, Options: opts, ControlLatency: file.ControlLatency(), Seed: f.seed, Duration: dur,
 		Baselines: names, PolicyDir: f.policy, TimelineWindow: min(f.window, dur),
 	}
+	stderr := cmd.ErrOrStderr()
 	if !f.quiet {
-		cfg.Progress = newProgress(cmd.ErrOrStderr()).report
+		for _, w := range file.Warnings {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+		for _, w := range workload.LoadWarnings(file, dur) {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+		cfg.Progress = newProgress(stderr, time.Now).report
 	}
 	rep, err := whatif.Run(cmd.Context(), cfg)
 	if err != nil {
+		if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
+			return errInterrupted{}
+		}
 		return err
 	}
-	if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
+	out := cmd.OutOrStdout()
+	if f.format == "json" {
+		err = rep.WriteJSON(out)
+	} else {
+		err = rep.WriteTable(out)
+	}
+	if err != nil {
 		return err
 	}
 	if f.out == "" {
 		return nil
 	}
 	return writeSimOutputs(f.out, rep, uint64(cfg.TimelineWindow))
+}
+
+// checkOutDir makes sure the output directory can be written before the
+// run, so that a long run does not end in an error that throws its
+// results away. It creates nothing: an interrupted run leaves no trace.
+func checkOutDir(dir string) error {
+	at := filepath.Clean(dir)
+	for {
+		fi, err := os.Stat(at)
+		if err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("--out %s: %s is not a directory", dir, at)
+			}
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			return fmt.Errorf("--out %s: %w", dir, err)
+		}
+		parent := filepath.Dir(at)
+		if parent == at {
+			return fmt.Errorf("--out %s: no existing directory above it", dir)
+		}
+		at = parent
+	}
+	probe, err := os.CreateTemp(at, ".arbiter-sim-*")
+	if err != nil {
+		return fmt.Errorf("--out %s: cannot write in %s: %w", dir, at, err)
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
 }
 
 // writeSimOutputs writes the report files, each atomically.
@@ -141,34 +210,4 @@ func writeSimOutputs(dir string, rep *report.Report, window uint64) error {
 		}
 	}
 	return nil
-}
-
-// progress prints at most one line a second on stderr: the run, simulated
-// time reached and the simulation rate.
-type progress struct {
-	w       io.Writer
-	start   time.Time
-	last    time.Time
-	run     string
-	runWall time.Time
-	printed bool
-}
-
-func newProgress(w io.Writer) *progress {
-	now := time.Now()
-	return &progress{w: w, start: now, last: now}
-}
-
-func (p *progress) report(run string, now, end uint64) {
-	t := time.Now()
-	if run != p.run {
-		p.run, p.runWall = run, t
-	}
-	if t.Sub(p.last) < time.Second {
-		return
-	}
-	p.last = t
-	rate := time.Duration(now).Seconds() / max(t.Sub(p.runWall).Seconds(), 1e-9)
-	fmt.Fprintf(p.w, "sim: %-28s %8.1fs / %.1fs simulated (%3.0f%%), %.0f simulated s per s\n",
-		run, time.Duration(now).Seconds(), time.Duration(end).Seconds(), 100*float64(now)/float64(max(end, 1)), rate)
 }

@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-arbiter/arbiter/sim/whatif"
 )
 
 func runSimCmd(t *testing.T, args ...string) (string, error) {
@@ -77,8 +81,8 @@ func TestSimCommandErrors(t *testing.T) {
 	}
 }
 
-// TestSimCommandInterrupted: a cancelled run (Ctrl-C) stops with an error
-// and writes no output files.
+// TestSimCommandInterrupted: a cancelled run (Ctrl-C) stops with exit
+// status 130 and a short message, and writes no output files.
 func TestSimCommandInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -90,7 +94,8 @@ func TestSimCommandInterrupted(t *testing.T) {
 	cmd.SetArgs([]string{"--workload", filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml"),
 		"--duration", "1h", "--out", dir})
 	err := cmd.ExecuteContext(ctx)
-	if err == nil || !strings.Contains(err.Error(), "context canceled") {
+	var ec exitCoder
+	if !errors.As(err, &ec) || ec.ExitCode() != 130 || err.Error() != "interrupted: no output written" {
 		t.Fatalf("got %v", err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -98,16 +103,79 @@ func TestSimCommandInterrupted(t *testing.T) {
 	}
 }
 
-func TestProgress(t *testing.T) {
-	var b bytes.Buffer
-	p := newProgress(&b)
-	p.last = p.last.Add(-2 * time.Second)
-	p.report("timeslice", 30e9, 60e9)
-	if got := b.String(); !strings.Contains(got, "timeslice") || !strings.Contains(got, "30.0s / 60.0s simulated ( 50%)") {
-		t.Errorf("progress line %q", got)
+// TestSimCommandOutCheckedFirst: an --out that cannot be written fails at
+// once, before any simulation, not after a long run.
+func TestSimCommandOutCheckedFirst(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
-	p.report("timeslice", 31e9, 60e9) // within a second: nothing
-	if strings.Count(b.String(), "\n") != 1 {
-		t.Errorf("progress printed more than once a second: %q", b.String())
+	spec := filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml")
+	start := time.Now()
+	_, err := runSimCmd(t, "--workload", spec, "--duration", "1000h", "--quiet", "--out", filepath.Join(file, "sub"))
+	if err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Fatalf("got %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("the bad --out was found after %v: the run started first", time.Since(start))
+	}
+}
+
+// TestSimCommandJSON: --format json prints the report.json content.
+func TestSimCommandJSON(t *testing.T) {
+	spec := filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml")
+	out, err := runSimCmd(t, "--workload", spec, "--duration", "1s", "--quiet", "--baselines", "exclusive,timeslice", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Baselines []struct{ Name string } `json:"baselines"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Baselines) != 2 || rep.Baselines[1].Name != "timeslice" {
+		t.Errorf("stdout is not the report: %v\n%.300s", err, out)
+	}
+}
+
+// TestSimCommandTrace: given a recorded trace instead of a spec, sim says
+// so and prints a spec that replays it, and that spec runs.
+func TestSimCommandTrace(t *testing.T) {
+	trace := filepath.Join("..", "..", "examples", "workloads", "recorded", "stub-infer-train.arbt")
+	_, err := runSimCmd(t, "--workload", trace, "--quiet")
+	if err == nil || !strings.Contains(err.Error(), "is a trace recorded by arbiter trace --record, not a workload spec") ||
+		strings.Contains(err.Error(), "control characters") {
+		t.Fatalf("got %v", err)
+	}
+	spec := err.Error()[strings.Index(err.Error(), "name: "):]
+	for _, want := range []string{"file: stub-infer-train.arbt", "comm: infer, name: infer, class: be", "driver calls"} {
+		if !strings.Contains(spec, want) {
+			t.Errorf("suggested spec lacks %q:\n%s", want, spec)
+		}
+	}
+	dir := t.TempDir()
+	data, _ := os.ReadFile(trace)
+	_ = os.WriteFile(filepath.Join(dir, "stub-infer-train.arbt"), data, 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "s.yaml"), []byte(spec), 0o644)
+	if _, err := runSimCmd(t, "--workload", filepath.Join(dir, "s.yaml"), "--duration", "1s", "--quiet", "--baselines", "timeslice"); err != nil {
+		t.Errorf("the suggested spec does not run: %v\n%s", err, spec)
+	}
+}
+
+// TestProgress: a line at most once a second of wall time, saying how many
+// baselines are done of how many, which run and how far, and an estimate
+// of the time left.
+func TestSimProgress(t *testing.T) {
+	var b bytes.Buffer
+	now := time.Unix(1000, 0)
+	p := newProgress(&b, func() time.Time { return now })
+	s := whatif.Progress{Baselines: 7, Done: 2, Running: []whatif.Running{{Baseline: "timeslice", Fraction: 0.5}, {Baseline: "mps", Fraction: 0.25}},
+		Simulated: 30, Total: 100}
+	p.report(s) // at once: nothing yet
+	now = now.Add(3 * time.Second)
+	p.report(s)
+	now = now.Add(500 * time.Millisecond)
+	p.report(s) // within a second of the last line: nothing
+	want := "sim: 2/7 baselines done; running timeslice 50%, mps 25%; 30% of all runs, about 7s left\n"
+	if got := b.String(); got != want {
+		t.Errorf("progress\n got %q\nwant %q", got, want)
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"text/tabwriter"
-	"time"
 
 	"github.com/gpu-arbiter/arbiter/sim"
 	"github.com/gpu-arbiter/arbiter/sim/hist"
@@ -29,23 +27,28 @@ type Report struct {
 
 // Model records the GPU model parameters the run used.
 type Model struct {
-	TimesliceNS      uint64  `json:"timeslice_ns"`
-	ContextSwitchNS  uint64  `json:"context_switch_ns"`
-	PreemptionNS     uint64  `json:"preemption_ns"`
-	Granularity      string  `json:"granularity"`
-	BlockDrainNS     uint64  `json:"block_drain_ns"`
-	SpatialSlowdown  float64 `json:"spatial_slowdown"`
-	CopyBandwidth    float64 `json:"copy_bandwidth"`
-	CopyLatencyNS    uint64  `json:"copy_latency_ns"`
-	ControlLatencyNS uint64  `json:"control_latency_ns"`
+	TimesliceNS     uint64  `json:"timeslice_ns"`
+	ContextSwitchNS uint64  `json:"context_switch_ns"`
+	PreemptionNS    uint64  `json:"preemption_ns"`
+	Granularity     string  `json:"granularity"`
+	BlockDrainNS    uint64  `json:"block_drain_ns"`
+	SpatialSlowdown float64 `json:"spatial_slowdown"`
+	CopyBandwidth   float64 `json:"copy_bandwidth"`
+	CopyLatencyNS   uint64  `json:"copy_latency_ns"`
+	// ControlLatencyNS is the closed-loop baselines' control latency and
+	// ControlLatencySource where it came from (both empty when no
+	// closed-loop baseline ran).
+	ControlLatencyNS     uint64 `json:"control_latency_ns"`
+	ControlLatencySource string `json:"control_latency_source,omitempty"`
 }
 
-// ModelOf records resolved simulator options.
+// ModelOf records resolved simulator options (the control latency is the
+// caller's to fill in: it applies to closed-loop baselines only).
 func ModelOf(o *sim.Options) Model {
 	return Model{
 		TimesliceNS: uint64(o.Timeslice), ContextSwitchNS: uint64(o.ContextSwitch), PreemptionNS: uint64(o.Preemption),
 		Granularity: o.Granularity.String(), BlockDrainNS: uint64(o.BlockDrain), SpatialSlowdown: o.SpatialSlowdown,
-		CopyBandwidth: o.CopyBandwidth, CopyLatencyNS: uint64(o.CopyLatency), ControlLatencyNS: uint64(o.ControlLatency),
+		CopyBandwidth: o.CopyBandwidth, CopyLatencyNS: uint64(o.CopyLatency),
 	}
 }
 
@@ -108,14 +111,39 @@ type Conservation struct {
 	InFlight  uint64 `json:"in_flight"`
 }
 
-// LC is one latency-critical workload's outcome.
+// LC is one latency-critical workload's outcome. Every request that
+// arrived before the end is counted: Arrived = Requests + InFlight +
+// Waiting + Rejected.
 type LC struct {
-	Name     string `json:"name"`
-	GPU      int    `json:"gpu"`
+	Name string `json:"name"`
+	GPU  int    `json:"gpu"`
+	// Class is the class the baseline treated the workload as: "lc", or
+	// the class a closed-loop controller's policy gave it.
+	Class string `json:"class"`
+	// Arrived counts requests that arrived before the end; Requests those
+	// completed; InFlight those begun and not finished; Waiting those no
+	// server had begun; Rejected those turned away because max_pending
+	// requests were already waiting.
+	Arrived  uint64 `json:"arrived"`
 	Requests uint64 `json:"requests"`
-	// InFlight counts requests begun but not finished at the end.
 	InFlight uint64 `json:"in_flight"`
-	// Latencies in ns (p50, p99, p99.9 nearest-rank, within 0.4%).
+	Waiting  uint64 `json:"waiting"`
+	Rejected uint64 `json:"rejected,omitempty"`
+	// OldestUnservedNS is the age at the end of the oldest request in
+	// flight or waiting.
+	OldestUnservedNS uint64 `json:"oldest_unserved_ns,omitempty"`
+	// Backlog flags a run that turned requests away or ended with
+	// requests older than the SLO target (without one: than the completed
+	// requests' p99) still unserved: a server that could not keep up or
+	// was starved. Then the latency figures count the unserved requests
+	// at their age at the end, so they are lower bounds (LowerBound), and
+	// UnservedLate of them, and the rejected ones, count as SLO misses.
+	Backlog      bool   `json:"backlog,omitempty"`
+	LowerBound   bool   `json:"lower_bound,omitempty"`
+	UnservedLate uint64 `json:"unserved_late,omitempty"`
+	// Latencies in ns (p50, p99, p99.9 nearest-rank, within 0.4%), over
+	// completed requests (and unserved ones, see Backlog); all 0 when
+	// none.
 	MeanNS float64 `json:"mean_ns"`
 	P50NS  uint64  `json:"p50_ns"`
 	P99NS  uint64  `json:"p99_ns"`
@@ -127,10 +155,12 @@ type LC struct {
 	P99Ratio  float64 `json:"p99_ratio"`
 	P999Ratio float64 `json:"p999_ratio"`
 	// SLOTargetNS and SLOPercentile are the workload's objective (0: none);
-	// Attainment is the share of requests within target, SLOMet whether
-	// it reaches the percentile.
+	// Attainment is the share of judged requests within target (SLOJudged:
+	// the completed ones plus the unserved ones already past the target;
+	// 0 when none), SLOMet whether it reaches the percentile.
 	SLOTargetNS   uint64  `json:"slo_target_ns,omitempty"`
 	SLOPercentile float64 `json:"slo_percentile,omitempty"`
+	SLOJudged     uint64  `json:"slo_judged,omitempty"`
 	Attainment    float64 `json:"slo_attainment,omitempty"`
 	SLOMet        bool    `json:"slo_met,omitempty"`
 	// CDF is the latency distribution, thinned.
@@ -144,8 +174,12 @@ type LC struct {
 type BE struct {
 	Name string `json:"name"`
 	GPU  int    `json:"gpu"`
-	// Kernels completed; Throughput is completed kernel work (exclusive
-	// GPU-seconds) per simulated second; Fraction compares it with the
+	// Class is the class the baseline treated the workload as ("be", or a
+	// controller's policy's class).
+	Class string `json:"class"`
+	// Kernels completed; Throughput is the kernel work done (exclusive
+	// GPU-seconds, the partial progress of kernels still running at the
+	// end included) per simulated second; Fraction compares it with the
 	// exclusive baseline (0 when that was not run).
 	Kernels    uint64  `json:"kernels"`
 	Throughput float64 `json:"throughput"`
@@ -163,51 +197,4 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	}
 	_, err := w.Write(buf.Bytes())
 	return err
-}
-
-// WriteTable prints the comparison table.
-func (r *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "workload %s: %d GPU(s), %v simulated, seed %d\n\n", r.Workload, r.GPUs, time.Duration(r.DurationNS), r.Seed)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "baseline\tworkload\tclass\trequests\tp50\tp99\tp99.9\tp99/excl\tSLO\tBE thru/excl\tpreempt/s\tGPU util\t")
-	for _, b := range r.Baselines {
-		first := true
-		common := func() string {
-			if !first {
-				return "\t\t"
-			}
-			first = false
-			return fmt.Sprintf("%.1f\t%.1f%%\t", b.PreemptionsPerS, 100*b.GPUUtilization)
-		}
-		for _, l := range b.LC {
-			slo := "-"
-			if l.SLOTargetNS > 0 {
-				slo = fmt.Sprintf("%.1f%%", 100*l.Attainment)
-			}
-			fmt.Fprintf(tw, "%s\t%s\tlc\t%d\t%s\t%s\t%s\t%s\t%s\t-\t%s\n", b.Name, l.Name, l.Requests,
-				dur(l.P50NS), dur(l.P99NS), dur(l.P999NS), ratio(l.P99Ratio), slo, common())
-		}
-		for _, e := range b.BE {
-			fmt.Fprintf(tw, "%s\t%s\tbe\t-\t-\t-\t-\t-\t-\t%s\t%s\n", b.Name, e.Name, ratio(e.Fraction), common())
-		}
-	}
-	return tw.Flush()
-}
-
-func dur(ns uint64) string {
-	switch {
-	case ns >= 10_000_000:
-		return fmt.Sprintf("%.1fms", float64(ns)/1e6)
-	case ns >= 1_000_000:
-		return fmt.Sprintf("%.2fms", float64(ns)/1e6)
-	default:
-		return fmt.Sprintf("%.0fµs", float64(ns)/1e3)
-	}
-}
-
-func ratio(v float64) string {
-	if v == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f", v)
 }

@@ -17,10 +17,10 @@ func sample() *Report {
 	for v := uint64(1); v <= 1000; v++ {
 		h.Record(v * 10_000)
 	}
-	l := LC{Name: "infer<&>", GPU: 0, Requests: 1000, P50NS: h.Quantile(0.5), P99NS: h.Quantile(0.99), P999NS: h.Quantile(0.999),
-		P99Ratio: 2.5, SLOTargetNS: 5_000_000, SLOPercentile: 99, Attainment: 0.5, CDF: h.CDF(50), Latency: &h}
+	l := LC{Name: "infer<&>", GPU: 0, Class: "lc", Arrived: 1001, Requests: 1000, InFlight: 1, P50NS: h.Quantile(0.5), P99NS: h.Quantile(0.99), P999NS: h.Quantile(0.999),
+		P99Ratio: 2.5, SLOTargetNS: 5_000_000, SLOPercentile: 99, SLOJudged: 1000, Attainment: 0.5, CDF: h.CDF(50), Latency: &h}
 	return &Report{Workload: "w", Seed: 3, DurationNS: 1e9, GPUs: 1, Baselines: []Baseline{
-		{Name: "timeslice", LC: []LC{l}, BE: []BE{{Name: "train", Fraction: 0.75}}, PreemptionsPerS: 12.5, GPUUtilization: 0.97,
+		{Name: "timeslice", LC: []LC{l}, BE: []BE{{Name: "train", Class: "be", Fraction: 0.75}}, PreemptionsPerS: 12.5, GPUUtilization: 0.97,
 			Timeline: []sim.Segment{{GPU: 0, PID: 1000, Kind: sim.SegmentRun, Start: 0, End: 500}, {GPU: 0, Kind: sim.SegmentPreempt, Start: 500, End: 530},
 				{GPU: 0, PID: 1001, Kind: sim.SegmentSwitch, Start: 530, End: 550}},
 			PIDs: map[uint32]string{1000: "infer<&>", 1001: "train"}},

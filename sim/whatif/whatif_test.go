@@ -38,7 +38,7 @@ func config(t testing.TB, f *workload.File, d time.Duration, seed uint64, baseli
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Config{Name: f.Spec.Name, Workloads: ws, Options: opts, Seed: seed, Duration: d, Baselines: baselines,
+	return &Config{Name: f.Spec.Name, Workloads: ws, Options: opts, ControlLatency: f.ControlLatency(), Seed: seed, Duration: d, Baselines: baselines,
 		TimelineWindow: 20 * time.Millisecond}
 }
 
@@ -182,8 +182,9 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
-// TestOverloadBound: an LC stream the GPU cannot serve stops at its
-// pending bound with an error instead of growing without limit.
+// TestOverloadBound: an LC stream the GPU cannot serve holds at most
+// max_pending requests waiting; later arrivals are turned away and
+// counted, the row is flagged, and the run goes on (no memory grows).
 func TestOverloadBound(t *testing.T) {
 	spec := `
 gpus: 1
@@ -191,6 +192,7 @@ lc:
   - name: flood
     gpu: 0
     max_pending: 1000
+    slo: {target: 1ms}
     arrival: {process: poisson, rate: 100000}
     request:
       - kernel: {count: 4, duration: 100us}
@@ -199,9 +201,16 @@ lc:
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Run(context.Background(), config(t, f, time.Hour, 1, Timeslice))
-	if err == nil || !strings.Contains(err.Error(), "requests waiting (max_pending 1000)") {
-		t.Fatalf("got %v", err)
+	r, err := Run(context.Background(), config(t, f, 2*time.Second, 1, Timeslice))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lc(t, r, Timeslice, "flood")
+	if l.Waiting != 1000 || l.Rejected < 190000 || l.Arrived != l.Requests+l.InFlight+l.Waiting+l.Rejected || l.Arrived < 199000 || l.Arrived > 201000 {
+		t.Errorf("arrived %d: done %d, in service %d, waiting %d, rejected %d", l.Arrived, l.Requests, l.InFlight, l.Waiting, l.Rejected)
+	}
+	if !l.Backlog || l.SLOJudged < l.Rejected || l.Attainment > 0.01 {
+		t.Errorf("backlog %v, judged %d, attainment %v: the rejected requests are not misses", l.Backlog, l.SLOJudged, l.Attainment)
 	}
 }
 
@@ -224,10 +233,11 @@ func TestArbiterSeam(t *testing.T) {
 	f := examples(t, "timeslice-inflation.yaml")
 	cfg := config(t, f, 2*time.Second, 1, Exclusive, Arbiter)
 	var seen []Process
-	cfg.Arbiter = func(src engine.DeadlineSource, enf engine.Enforcer, procs []Process) (Controller, error) {
+	cfg.Extra = []Extra{{Name: Arbiter, Description: "test", Controller: func(src engine.DeadlineSource, enf engine.Enforcer, procs []Process) (Controller, error) {
 		seen = procs
-		return scriptedController(scripted.SuspendBE)(src, enf, procs)
-	}
+		c, err := scriptedController(scripted.SuspendBE)(cfg)(src, enf, procs)
+		return classified{c}, err
+	}}}
 	r, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +249,22 @@ func TestArbiterSeam(t *testing.T) {
 	if a.P99Ratio == 0 || a.P99Ratio > 1.25 || r.Baselines[1].Controller == nil || r.Baselines[1].Controller.Suspends == 0 {
 		t.Errorf("arbiter baseline: %+v, controller %+v", a, r.Baselines[1].Controller)
 	}
+	if a.Class != "inference" || r.Baselines[1].BE[0].Class != "batch" || lc(t, r, Exclusive, "resnet-infer").Class != "lc" {
+		t.Errorf("classes: arbiter %q/%q, exclusive %q: want the policy's for arbiter only",
+			a.Class, r.Baselines[1].BE[0].Class, lc(t, r, Exclusive, "resnet-infer").Class)
+	}
+}
+
+// classified is a controller whose "policy" names the classes itself.
+type classified struct{ Controller }
+
+func (c classified) Actions() report.Actions { return c.Controller.(ActionCounter).Actions() }
+
+func (classified) Class(pid uint32) (string, bool) {
+	if pid == sim.FirstPID {
+		return "inference", true
+	}
+	return "batch", true
 }
 
 // TestReplayFidelity: the shipped trace, recorded with `arbiter trace
@@ -298,5 +324,84 @@ lc:
 	t.Logf("p99: one server %v, two %v", time.Duration(p99[1]), time.Duration(p99[2]))
 	if p99[2]*2 > p99[1] {
 		t.Errorf("p99 %d ns with two replicas, %d with one: want at least halved", p99[2], p99[1])
+	}
+}
+
+// TestUnservedRequests: a server that cannot keep up leaves requests that
+// arrived but never began. They are counted (arrived = done + in service
+// + waiting), those older than the SLO target count as misses, the
+// percentiles become lower bounds and the row is flagged; a healthy run
+// is not flagged.
+func TestUnservedRequests(t *testing.T) {
+	spec := `
+gpus: 1
+lc:
+  - name: slow
+    gpu: 0
+    slo: {target: 3s}
+    arrival: {process: periodic, rate: 20}
+    request:
+      - kernel: {duration: 2s}
+be:
+  - {name: train, gpu: 0, kernel: 10s}
+`
+	f, err := workload.Parse([]byte(spec), "starve.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(context.Background(), config(t, f, 5*time.Second, 1, Exclusive, Timeslice))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{Exclusive, Timeslice} {
+		l := lc(t, r, name, "slow")
+		if l.Arrived != 100 || l.Requests+l.InFlight+l.Waiting != l.Arrived || l.Waiting < 95 {
+			t.Errorf("%s: arrived %d = done %d + in service %d + waiting %d?", name, l.Arrived, l.Requests, l.InFlight, l.Waiting)
+		}
+		// Completed requests alone would read 50% or better: the requests
+		// that waited past the 3 s target are misses.
+		if !l.Backlog || !l.LowerBound || l.UnservedLate < 30 || l.Attainment > 0.05 || l.SLOMet {
+			t.Errorf("%s: backlog %v, lower bound %v, late unserved %d, attainment %.3f", name, l.Backlog, l.LowerBound, l.UnservedLate, l.Attainment)
+		}
+		if l.P99NS < uint64(4*time.Second) || l.OldestUnservedNS < uint64(4*time.Second) {
+			t.Errorf("%s: p99 %v, oldest unserved %v: the waiting requests' ages are not counted", name, time.Duration(l.P99NS), time.Duration(l.OldestUnservedNS))
+		}
+	}
+	var table bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"slow!", "! timeslice/slow: ", "requests not served at the end", "count as misses", "≥"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	healthy, err := Run(context.Background(), config(t, examples(t, "timeslice-inflation.yaml"), 2*time.Second, 1, Exclusive, Priority))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range healthy.Baselines {
+		if l := b.LC[0]; l.Backlog || l.LowerBound || l.Arrived < l.Requests || l.Arrived > l.Requests+2 {
+			t.Errorf("%s: a healthy run reads %+v", b.Name, l)
+		}
+	}
+}
+
+// TestBEPartialKernel: a BE kernel still running at the end of a run
+// counts for the work it did; a run shorter than one kernel is not a
+// throughput of zero.
+func TestBEPartialKernel(t *testing.T) {
+	f, err := workload.Parse([]byte("gpus: 1\nbe:\n  - {name: long, gpu: 0, kernel: 10s}\n"), "long.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(context.Background(), config(t, f, time.Second, 1, Exclusive, Timeslice))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range r.Baselines {
+		if e := b.BE[0]; e.Kernels != 0 || e.Throughput < 0.97 || e.Throughput > 1 {
+			t.Errorf("%s: %d kernels, throughput %.3f: want the running kernel's work (≈0.98)", b.Name, e.Kernels, e.Throughput)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package workload
 
 import (
-	"fmt"
 	"math/rand/v2"
 
 	"github.com/gpu-arbiter/arbiter/sim"
@@ -15,11 +14,16 @@ type request struct {
 
 // dispatcher is an LC workload's request queue, shared by its replicas:
 // it generates arrivals in order and hands the oldest waiting request to
-// whichever replica asks first.
+// whichever replica asks first. At most maxPending requests wait; later
+// arrivals are turned away (rejected), as a server with a bounded queue
+// does, and counted.
 //
-// Each request's service times (kernel durations, host work) come from a
-// seed drawn when it arrives, so the same request gets the same kernels
-// whichever replica serves it and whatever the scheduling.
+// Arrivals are generated only when a replica asks (or when the run's
+// backlog is counted at the end), so a starved server's backlog costs no
+// memory. Each request's service times (kernel durations, host work) come
+// from a seed drawn when it arrives, rejected or not, so the same request
+// gets the same kernels whichever replica serves it and whatever the
+// scheduling.
 type dispatcher struct {
 	name       string
 	arr        *arrivals
@@ -27,11 +31,12 @@ type dispatcher struct {
 	horizon    uint64
 	maxPending int
 
-	pend    []request
-	ph      int
-	next    request
-	primed  bool
-	hasNext bool
+	pend     []request
+	ph       int
+	next     request
+	primed   bool
+	hasNext  bool
+	rejected uint64
 }
 
 func (d *dispatcher) advance() {
@@ -42,22 +47,28 @@ func (d *dispatcher) advance() {
 	}
 }
 
-// take returns the oldest request that has arrived by now, if any.
-func (d *dispatcher) take(now uint64) (request, bool, error) {
+// admit queues the arrivals up to (and, with inclusive, at) t, turning
+// away those that find maxPending requests waiting.
+func (d *dispatcher) admit(t uint64, inclusive bool) {
 	if !d.primed {
 		d.primed = true
 		d.advance()
 	}
-	for d.hasNext && d.next.at <= now && len(d.pend)-d.ph <= d.maxPending {
-		d.pend = append(d.pend, d.next)
+	for d.hasNext && (d.next.at < t || (inclusive && d.next.at == t)) {
+		if len(d.pend)-d.ph < d.maxPending {
+			d.pend = append(d.pend, d.next)
+		} else {
+			d.rejected++
+		}
 		d.advance()
 	}
-	if n := len(d.pend) - d.ph; n > d.maxPending {
-		return request{}, false, fmt.Errorf("lc workload %s: %d requests waiting (max_pending %d): the offered load exceeds what the GPU serves; lower the rate or raise max_pending",
-			d.name, n, d.maxPending)
-	}
+}
+
+// take returns the oldest request that has arrived by now, if any.
+func (d *dispatcher) take(now uint64) (request, bool) {
+	d.admit(now, true)
 	if d.ph == len(d.pend) {
-		return request{}, false, nil
+		return request{}, false
 	}
 	r := d.pend[d.ph]
 	d.ph++
@@ -65,7 +76,7 @@ func (d *dispatcher) take(now uint64) (request, bool, error) {
 		d.pend = d.pend[:copy(d.pend, d.pend[d.ph:])]
 		d.ph = 0
 	}
-	return r, true, nil
+	return r, true
 }
 
 // lcProgram is one server (replica) of an LC workload: it serves one
@@ -88,11 +99,7 @@ func (p *lcProgram) Next(now uint64) (sim.Op, error) {
 	if p.inReq {
 		return p.step(), nil
 	}
-	r, ok, err := p.d.take(now)
-	if err != nil {
-		return sim.Op{}, err
-	}
-	if ok {
+	if r, ok := p.d.take(now); ok {
 		p.pcg.Seed(r.seed, p.stream)
 		p.inReq, p.si, p.rep = true, 0, 0
 		return sim.Op{Kind: sim.OpBegin, At: r.at}, nil

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpu-arbiter/arbiter/sim/workload"
+)
+
+// loadSpec loads a workload spec. Given a trace recorded by `arbiter trace
+// --record` instead, it fails with a spec that replays the trace, ready to
+// save, for the user to set each process's class.
+func loadSpec(path string) (*workload.File, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read workload: %w", err)
+	}
+	defer fh.Close()
+	head := make([]byte, 8)
+	n, _ := io.ReadFull(fh, head)
+	if !workload.IsTrace(head[:n]) {
+		return workload.Load(path)
+	}
+	if _, err := fh.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	procs, err := workload.TraceProcesses(fh)
+	if err != nil {
+		return nil, fmt.Errorf("%s is a trace recorded by arbiter trace --record, and it cannot be read: %w", path, err)
+	}
+	return nil, fmt.Errorf("%s is a trace recorded by arbiter trace --record, not a workload spec; "+
+		"replay it from a spec such as this one (save it beside the trace, set each class to lc or be, "+
+		"give LC processes an SLO, then run arbiter sim --workload on it):\n\n%s", path, replaySpec(path, procs))
+}
+
+// replaySpec writes a spec that replays every process of a trace.
+func replaySpec(path string, procs []workload.TraceProcess) string {
+	var b bytes.Buffer
+	base := filepath.Base(path)
+	fmt.Fprintf(&b, "name: %s\ngpus: 1\nreplay:\n  - file: %s\n    processes:\n", strings.TrimSuffix(base, filepath.Ext(base)), base)
+	if len(procs) == 0 {
+		b.WriteString("      [] # the trace holds no driver calls\n")
+	}
+	for i, p := range procs {
+		name := fmt.Sprintf("proc%d", p.PID)
+		sel := fmt.Sprintf("pid: %d", p.PID)
+		if p.Comm != "" && validName(p.Comm) {
+			name, sel = p.Comm, "comm: "+p.Comm
+		}
+		if p.Comm != "" && countComm(procs, p.Comm) > 1 {
+			name, sel = fmt.Sprintf("%s-%d", name, i), fmt.Sprintf("pid: %d", p.PID)
+		}
+		fmt.Fprintf(&b, "      - {%s, name: %s, class: be, gpu: 0}   # %d driver calls\n", sel, name, p.Calls)
+	}
+	return b.String()
+}
+
+func countComm(procs []workload.TraceProcess, comm string) int {
+	n := 0
+	for _, p := range procs {
+		if p.Comm == comm {
+			n++
+		}
+	}
+	return n
+}
+
+// validName reports whether a process name can serve as a workload name.
+func validName(s string) bool {
+	for i, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || (i > 0 && strings.ContainsRune("._-", r))
+		if !ok {
+			return false
+		}
+	}
+	return s != ""
+}

@@ -1,0 +1,152 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable prints the comparison table: a header with the run and the
+// model, a row per workload and baseline, and footnotes that explain
+// flagged rows and figures whose meaning differs by baseline.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "workload %s: %d GPU(s), %v simulated, seed %d\n", r.Workload, r.GPUs, time.Duration(r.DurationNS), r.Seed)
+	m := &r.Model
+	fmt.Fprintf(w, "model: timeslice %s, context switch %s, preemption %s (%s granularity)",
+		dur(m.TimesliceNS), dur(m.ContextSwitchNS), dur(m.PreemptionNS), m.Granularity)
+	if m.ControlLatencySource != "" {
+		fmt.Fprintf(w, "; closed-loop control latency %s (%s)", dur(m.ControlLatencyNS), m.ControlLatencySource)
+	}
+	fmt.Fprint(w, "\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "baseline\tworkload\tclass\tarrived\tdone\twaiting\tp50\tp99\tp99.9\tp99/excl\tSLO\tBE thru/excl\tpreempt/s\tGPU util\t")
+	var notes []string
+	offered := false
+	for _, b := range r.Baselines {
+		first := true
+		common := func() string {
+			if !first {
+				return "\t\t"
+			}
+			first = false
+			util := fmt.Sprintf("%.1f%%", 100*b.GPUUtilization)
+			if b.Name == "exclusive" {
+				util += "*"
+				offered = true
+			}
+			return fmt.Sprintf("%.1f\t%s\t", b.PreemptionsPerS, util)
+		}
+		for _, l := range b.LC {
+			name := l.Name
+			if l.Backlog {
+				name += "!"
+				notes = append(notes, backlogNote(b.Name, &l))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t-\t%s\n", b.Name, name, l.Class, l.Arrived, l.Requests, l.Waiting,
+				latency(&l, l.P50NS), latency(&l, l.P99NS), latency(&l, l.P999NS), bound(&l, ratio(l.P99Ratio)), slo(&l), common())
+		}
+		for _, e := range b.BE {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", b.Name, e.Name, e.Class, ratio(e.Fraction), common())
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(notes) > 0 || offered {
+		fmt.Fprintln(w)
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	if offered {
+		fmt.Fprintln(w, "* exclusive GPU util is the load the workloads offer: their solo runs' GPU time over GPUs × duration;")
+		_, err := fmt.Fprintln(w, "  above 100% they ask more than the GPUs have, and sharing must slow someone down.")
+		return err
+	}
+	return nil
+}
+
+// backlogNote explains a flagged row.
+func backlogNote(baseline string, l *LC) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "! %s/%s: %s of %s requests not served at the end (oldest waiting %s)", baseline, l.Name,
+		count(l.Arrived-l.Requests), count(l.Arrived), dur(l.OldestUnservedNS))
+	if l.Rejected > 0 {
+		fmt.Fprintf(&b, ", %s of them turned away (max_pending)", count(l.Rejected))
+	}
+	b.WriteString("; latencies count the unserved at their age at the end: lower bounds (≥)")
+	if miss := l.UnservedLate + l.Rejected; miss > 0 && l.SLOTargetNS > 0 {
+		fmt.Fprintf(&b, "; %s turned away or past the SLO target count as misses", count(miss))
+	}
+	return b.String()
+}
+
+// latency formats one latency figure of a row: n/a without requests, ≥
+// for a lower bound.
+func latency(l *LC, ns uint64) string {
+	if l.Requests == 0 && !l.LowerBound {
+		return "n/a"
+	}
+	return bound(l, dur(ns))
+}
+
+// bound marks a figure of a row whose latencies are lower bounds.
+func bound(l *LC, s string) string {
+	if l.LowerBound && s != "-" {
+		return "≥" + s
+	}
+	return s
+}
+
+// slo formats a row's SLO attainment: - without an SLO, n/a without a
+// judged request.
+func slo(l *LC) string {
+	switch {
+	case l.SLOTargetNS == 0:
+		return "-"
+	case l.SLOJudged == 0:
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f%%", 100*l.Attainment)
+}
+
+// dur formats a duration with three significant figures in the largest
+// unit that keeps it at or above 1.
+func dur(ns uint64) string {
+	v := float64(ns)
+	switch {
+	case ns >= 10_000_000_000:
+		return fmt.Sprintf("%.1fs", v/1e9)
+	case ns >= 1_000_000_000:
+		return fmt.Sprintf("%.2fs", v/1e9)
+	case ns >= 10_000_000:
+		return fmt.Sprintf("%.1fms", v/1e6)
+	case ns >= 1_000_000:
+		return fmt.Sprintf("%.2fms", v/1e6)
+	case ns >= 1_000:
+		return fmt.Sprintf("%.0fµs", v/1e3)
+	}
+	return fmt.Sprintf("%dns", ns)
+}
+
+func ratio(v float64) string {
+	switch {
+	case v == 0:
+		return "-"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// count formats n with thousands separators.
+func count(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

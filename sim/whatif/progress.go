@@ -1,0 +1,101 @@
+package whatif
+
+import "sync"
+
+// Progress is where a comparison stands.
+type Progress struct {
+	// Baselines counts the baselines in all, Done those finished.
+	Baselines, Done int
+	// Running lists the baselines with a simulation under way, in report
+	// order (exclusive once, however many of its solo runs are going).
+	Running []Running
+	// Simulated is the virtual time simulated so far over every run, Total
+	// the virtual time of every run together (ns); their ratio is the
+	// share of the work done.
+	Simulated, Total uint64
+}
+
+// Running is one baseline under way.
+type Running struct {
+	Baseline string
+	// Fraction is the share of its simulated time done (0–1).
+	Fraction float64
+}
+
+// tracker gathers the runs' progress and reports it, one call at a time.
+type tracker struct {
+	report func(Progress)
+	bases  []baseline
+	jobs   []*job
+	end    uint64
+
+	mu    sync.Mutex
+	now   []uint64 // virtual time reached, per job
+	state []uint8  // per job: 0 waiting, 1 running, 2 done
+}
+
+func newTracker(cfg *Config, bases []baseline, jobs []*job) *tracker {
+	return &tracker{report: cfg.Progress, bases: bases, jobs: jobs, end: uint64(cfg.Duration),
+		now: make([]uint64, len(jobs)), state: make([]uint8, len(jobs))}
+}
+
+// forJob returns the progress callback of job i (nil when nobody listens).
+func (t *tracker) forJob(i int) func(now uint64) {
+	if t.report == nil {
+		return nil
+	}
+	t.mu.Lock()
+	t.state[i] = 1
+	t.mu.Unlock()
+	return func(now uint64) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.now[i] = min(now, t.end)
+		t.report(t.snapshot())
+	}
+}
+
+// finish records that job i ended (successfully or not).
+func (t *tracker) finish(i int) {
+	if t.report == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.state[i], t.now[i] = 2, t.end
+	t.report(t.snapshot())
+}
+
+// snapshot builds the Progress; the caller holds mu.
+func (t *tracker) snapshot() Progress {
+	p := Progress{Baselines: len(t.bases), Total: t.end * uint64(len(t.jobs))}
+	type agg struct {
+		now, total  uint64
+		running     bool
+		done, count int
+	}
+	per := make([]agg, len(t.bases))
+	for i, j := range t.jobs {
+		a := &per[j.base]
+		a.now += t.now[i]
+		a.total += t.end
+		a.count++
+		switch t.state[i] {
+		case 1:
+			a.running = true
+		case 2:
+			a.done++
+		}
+		p.Simulated += t.now[i]
+	}
+	for i, a := range per {
+		if a.done == a.count {
+			p.Done++
+			continue
+		}
+		if a.running {
+			p.Running = append(p.Running, Running{Baseline: t.bases[i].name, Fraction: float64(a.now) / float64(max(a.total, 1))})
+		}
+	}
+	return p
+}
