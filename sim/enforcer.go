@@ -36,7 +36,10 @@ func (s *Simulator) control(f func()) error {
 }
 
 // SetTimeslice sets pid's channel-group timeslice; it applies from the
-// current slice on (a slice already longer than us expires now).
+// current slice on: a group on the engine keeps its slice's start, and its
+// slice now ends at the first multiple of the new timeslice after that
+// start that is still ahead (so a running slice already longer than the
+// new timeslice ends at the next such multiple, not at once).
 func (s *Simulator) SetTimeslice(pid uint32, gpu int, us uint64) error {
 	if us == 0 || us > uint64(time.Hour/time.Microsecond) {
 		return fmt.Errorf("set timeslice of pid %d: %d µs out of range (1 µs to 1 h)", pid, us)

@@ -103,8 +103,9 @@ type Options struct {
 	BlockDrain time.Duration
 	// SpatialSlowdown is ModeSpatial's interference: with k kernels
 	// co-running on a GPU each progresses at 1/(1+SpatialSlowdown·(k−1))
-	// of its exclusive speed (default 0.7; 1 is pure processor sharing, 0
-	// no interference). Negative is rejected.
+	// of its exclusive speed (1 is pure processor sharing). 0, like every
+	// zero field, means the default, 0.7: for next to no interference give
+	// a small positive value such as 0.001. Negative is rejected.
 	SpatialSlowdown float64
 	// CopyBandwidth is each copy engine's bandwidth in bytes/s (default
 	// 25e9, PCIe 4.0 x16 in practice).

@@ -478,3 +478,37 @@ func TestRequestPriority(t *testing.T) {
 		equalRuns(t, c.mode.String()+" BE", runs(st, pids[0]), c.be)
 	}
 }
+
+// TestSetTimesliceMidSlice: a shorter timeslice set while a group runs
+// keeps its slice's start; the slice ends at the next multiple of the new
+// timeslice, not at once. A (5 ms kernel) and B (1 ms) launch at 0, switch
+// 10 µs, save 20 µs, timeslice 1024 µs: A runs from 10. At 300 µs A's
+// timeslice becomes 200 µs: its slice ends at 10 + 2·200 = 410; save
+// 410–430, B 440–1440, A back at 1450.
+func TestSetTimesliceMidSlice(t *testing.T) {
+	s, pids := mustSim(t, &Options{Observe: true, ContextSwitch: 10 * time.Microsecond, Preemption: 20 * time.Microsecond},
+		Process{Name: "A", Program: kernels(5000 * us)},
+		Process{Name: "B", Program: kernels(1000 * us)})
+	s.Start(uint64(time.Second))
+	var ev trace.Event
+	_ = s.SetReadDeadline(300 * us)
+	for {
+		if err := s.Read(&ev); errors.Is(err, engine.ErrDeadline) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetTimeslice(pids[0], 0, 200); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.SetReadDeadline(0)
+	for {
+		if err := s.Read(&ev); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	equalRuns(t, "A", runs(s.Stats(), pids[0]), [][2]uint64{{10, 410}, {1450, 6050}})
+}
