@@ -95,13 +95,16 @@ func TestTimesliceInflation(t *testing.T) {
 	}
 }
 
-// TestDeterministic: the same seed gives the same report.json bytes; a
-// different seed gives different ones.
+// TestDeterministic: the same seed gives the same report.json bytes
+// however many runs go at once; a different seed gives different ones.
 func TestDeterministic(t *testing.T) {
 	f := examples(t, "inference-mix.yaml")
-	all := []string{Exclusive, Timeslice, MPS, Priority, ScriptedSuspend, ScriptedTimeslice}
+	all := Names()[:len(Names())-1]
+	parallel := 0
 	js := func(seed uint64) []byte {
-		r, err := Run(context.Background(), config(t, f, 3*time.Second, seed, all...))
+		cfg := config(t, f, 3*time.Second, seed, all...)
+		cfg.Parallel = parallel
+		r, err := Run(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,9 +121,14 @@ func TestDeterministic(t *testing.T) {
 		}
 		return append(b.Bytes(), svg.Bytes()...)
 	}
-	a, b, c := js(7), js(7), js(8)
+	parallel = 1
+	a := js(7)
+	parallel = 3
+	b := js(7)
+	parallel = 0
+	c := js(8)
 	if !bytes.Equal(a, b) {
-		t.Error("same seed, different output")
+		t.Error("same seed, different output one run at a time and three at once")
 	}
 	if bytes.Equal(a, c) {
 		t.Error("different seeds, same output")
