@@ -47,7 +47,7 @@ throughput as a fraction of running alone; preemptions per second and GPU
 utilization. Baselines run concurrently; the output does not depend on it.
 
 Baselines: ` + strings.Join(whatif.Names(), ", ") + `.
-With --out, writes report.json (same seed, same bytes), cdf.svg and
+With --out, writes report.json (same seed, same bytes), latency.svg and
 timeline.svg into the directory. A trace recorded by arbiter trace --record
 is replayed through a spec; given one, sim prints a spec to start from.`,
 		Args: cobra.NoArgs,
@@ -192,7 +192,7 @@ func writeSimOutputs(dir string, rep *report.Report, window uint64) error {
 		write func(io.Writer) error
 	}{
 		{"report.json", rep.WriteJSON},
-		{"cdf.svg", rep.WriteCDF},
+		{"latency.svg", rep.WriteLatency},
 		{"timeline.svg", func(w io.Writer) error { return rep.WriteTimeline(w, window) }},
 	}
 	for _, fl := range files {

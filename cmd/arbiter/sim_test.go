@@ -40,7 +40,7 @@ func TestSimCommand(t *testing.T) {
 				t.Errorf("table lacks %q:\n%s", want, out)
 			}
 		}
-		for _, name := range []string{"report.json", "cdf.svg", "timeline.svg"} {
+		for _, name := range []string{"report.json", "latency.svg", "timeline.svg"} {
 			b, err := os.ReadFile(filepath.Join(dir, name))
 			if err != nil || len(b) == 0 {
 				t.Fatalf("%s: %v", name, err)

@@ -138,6 +138,17 @@ func (h *Histogram) AtOrBelow(v uint64) uint64 {
 	return n
 }
 
+// Buckets calls f for every non-empty bucket in increasing order with its
+// highest value (clamped to the largest value recorded) and its count.
+func (h *Histogram) Buckets(f func(hi, count uint64)) {
+	for i, c := range h.counts {
+		if c > 0 {
+			_, hi := bounds(i)
+			f(min(hi, h.max), c)
+		}
+	}
+}
+
 // Point is one step of a cumulative distribution.
 type Point struct {
 	// Value is a bucket's upper bound (ns), Fraction the share of values

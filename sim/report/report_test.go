@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -75,23 +77,155 @@ func wellFormed(t *testing.T, name string, data []byte) {
 
 func TestSVG(t *testing.T) {
 	r := sample()
-	var cdf, tl, empty bytes.Buffer
-	if err := r.WriteCDF(&cdf); err != nil {
+	var lat, tl, empty bytes.Buffer
+	if err := r.WriteLatency(&lat); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.WriteTimeline(&tl, 1000); err != nil {
 		t.Fatal(err)
 	}
-	wellFormed(t, "cdf", cdf.Bytes())
+	wellFormed(t, "latency", lat.Bytes())
 	wellFormed(t, "timeline", tl.Bytes())
-	if !strings.Contains(cdf.String(), "infer&lt;&amp;&gt;: request latency CDF") || !strings.Contains(cdf.String(), "<polyline") {
-		t.Errorf("cdf: %.300s", cdf.String())
+	if !strings.Contains(lat.String(), "infer&lt;&amp;&gt;: share of requests slower than a latency") || !strings.Contains(lat.String(), "<polyline") {
+		t.Errorf("latency: %.300s", lat.String())
 	}
-	if strings.Count(tl.String(), "<title>") != 3 || !strings.Contains(tl.String(), "preemption") {
+	if strings.Count(tl.String(), "<title>") != 3 || !strings.Contains(tl.String(), "save of a preempted kernel") {
 		t.Errorf("timeline: %s", tl.String())
 	}
 	if err := (&Report{GPUs: 1}).WriteTimeline(&empty, 0); err != nil {
 		t.Fatal(err)
 	}
 	wellFormed(t, "empty timeline", empty.Bytes())
+}
+
+// svgText is one text element of a drawing with its estimated box.
+type svgText struct {
+	s                      string
+	left, right, top, base float64
+}
+
+// layout parses an SVG and returns its size and every text's box, from
+// the same font metrics the drawing reserves room with.
+func layout(t *testing.T, data []byte) (w, h float64, texts []svgText) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(data))
+	var cur *xml.StartElement
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e := tok.(type) {
+		case xml.StartElement:
+			attr := map[string]string{}
+			for _, a := range e.Attr {
+				attr[a.Name.Local] = a.Value
+			}
+			f := func(k string) float64 { v, _ := strconv.ParseFloat(attr[k], 64); return v }
+			switch e.Name.Local {
+			case "svg":
+				w, h = f("width"), f("height")
+			case "text":
+				el := e.Copy()
+				cur = &el
+			}
+		case xml.CharData:
+			if cur == nil {
+				continue
+			}
+			attr := map[string]string{}
+			for _, a := range cur.Attr {
+				attr[a.Name.Local] = a.Value
+			}
+			f := func(k string) float64 { v, _ := strconv.ParseFloat(attr[k], 64); return v }
+			size := float64(fontSize)
+			if attr["font-size"] != "" {
+				size = f("font-size")
+			}
+			x, y, tw := f("x"), f("y"), textWidth(string(e), size)
+			left := x
+			switch attr["text-anchor"] {
+			case "middle":
+				left = x - tw/2
+			case "end":
+				left = x - tw
+			}
+			box := svgText{s: string(e), left: left, right: left + tw, top: y - size, base: y + size*0.3}
+			if strings.HasPrefix(attr["transform"], "rotate(-90") {
+				box = svgText{s: string(e), left: x - size, right: x + size*0.3, top: y - tw/2, base: y + tw/2}
+			}
+			texts = append(texts, box)
+			cur = nil
+		case xml.EndElement:
+			cur = nil
+		}
+	}
+}
+
+// TestSVGLayout: every text of every plot fits inside the drawing, the
+// latency legend sits right of its plot, and the plots carry what they
+// promise: labelled axes, p99 and p99.9 guides, keys for switches and
+// saves, labelled rows for co-running processes.
+func TestSVGLayout(t *testing.T) {
+	r := sample()
+	long := r.Baselines[0]
+	long.Name = "a-baseline-with-a-very-long-name-indeed"
+	long.LC = append([]LC(nil), long.LC...)
+	long.LC[0].LowerBound = true
+	long.Timeline = []sim.Segment{{GPU: 0, PID: 1000, Kind: sim.SegmentRun, Start: 0, End: 700}, {GPU: 0, PID: 1001, Kind: sim.SegmentRun, Start: 100, End: 900}}
+	r.Baselines = append(r.Baselines, long)
+	check := func(name string, data []byte, wants ...string) {
+		w, h, texts := layout(t, data)
+		var all []string
+		for _, tx := range texts {
+			all = append(all, tx.s)
+			if tx.left < 0 || tx.right > w || tx.top < 0 || tx.base > h {
+				t.Errorf("%s: %q at [%.0f,%.0f]×[%.0f,%.0f] leaves the %.0f×%.0f drawing", name, tx.s, tx.left, tx.right, tx.top, tx.base, w, h)
+			}
+		}
+		joined := strings.Join(all, "\n")
+		for _, want := range wants {
+			if !strings.Contains(joined, want) {
+				t.Errorf("%s lacks %q:\n%s", name, want, joined)
+			}
+		}
+	}
+	var lat, tl bytes.Buffer
+	if err := r.WriteLatency(&lat); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteTimeline(&tl, 1000); err != nil {
+		t.Fatal(err)
+	}
+	check("latency", lat.Bytes(), "request latency (ms, log scale)", "share of requests slower (log scale)", "p99", "p99.9",
+		"100%", "1%", "0.1%", "a-baseline-with-a-very-long-name-indeed  p99 ≥9.91ms, backlog", "timeslice  p99 9.91ms", "0.01", "0.02", "0.05", "1", "10")
+	check("timeline", tl.Bytes(), "simulated time (µs)", "context switch", "save of a preempted kernel", "gpu 0",
+		"gpu 0 · infer<&>", "gpu 0 · train")
+	_, _, texts := layout(t, lat.Bytes())
+	for _, tx := range texts {
+		if strings.HasPrefix(tx.s, "timeslice  p99") && tx.left < latLeft+latPlotW {
+			t.Errorf("legend %q starts at %.0f, inside the plot (ends at %d)", tx.s, tx.left, latLeft+latPlotW)
+		}
+	}
+}
+
+// TestTicks: axes span the data on 1-2-5 values, in one unit.
+func TestTicks(t *testing.T) {
+	from, to, ticks := logTicks(2.3e6, 37.7e6)
+	if from != 2e6 || to != 50e6 || fmt.Sprint(ticks) != "[2e+06 5e+06 1e+07 2e+07 5e+07]" {
+		t.Errorf("log ticks %v–%v %v", from, to, ticks)
+	}
+	if _, _, ticks := logTicks(100, 1e12); len(ticks) > 12 || ticks[0] != 100 || ticks[len(ticks)-1] != 1e12 {
+		t.Errorf("wide log ticks %v", ticks)
+	}
+	if ticks := linTicks(50e6, 8); fmt.Sprint(ticks) != "[0 1e+07 2e+07 3e+07 4e+07 5e+07]" {
+		t.Errorf("linear ticks %v", ticks)
+	}
+	u := unitFor(50e6)
+	if u.name != "ms" || u.label(5e5) != "0.5" || u.label(2e7) != "20" {
+		t.Errorf("unit %v: %s %s", u, u.label(5e5), u.label(2e7))
+	}
 }

@@ -113,7 +113,7 @@ func TestDeterministic(t *testing.T) {
 			t.Fatal(err)
 		}
 		var svg bytes.Buffer
-		if err := r.WriteCDF(&svg); err != nil {
+		if err := r.WriteLatency(&svg); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.WriteTimeline(&svg, uint64(20*time.Millisecond)); err != nil {

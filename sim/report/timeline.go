@@ -1,0 +1,213 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/gpu-arbiter/arbiter/sim"
+)
+
+// Timeline geometry (pixels).
+const (
+	tlPlotW = 640
+	tlLaneH = 22 // a time-sliced GPU's row
+	tlSubH  = 14 // one process's row of a spatially shared GPU
+	tlGap   = 6
+)
+
+// Colours of the engine's own work in the timeline.
+const (
+	switchColour = "#888"
+	saveColour   = "#000"
+)
+
+// WriteTimeline draws, for every baseline that recorded one, which process
+// ran on each GPU's compute engine over the timeline window, with context
+// switches and saves of preempted kernels; under spatial sharing (mps)
+// each process has a row of its own, labelled, since their kernels co-run.
+func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
+	c := &canvas{}
+	var rows []*Baseline
+	for i := range r.Baselines {
+		if len(r.Baselines[i].Timeline) > 0 {
+			rows = append(rows, &r.Baselines[i])
+		}
+	}
+	u := unitFor(float64(max(window, 1)))
+	c.text(10, 24, "start", fmt.Sprintf("GPU timeline: what each compute engine ran, first %s %s", u.label(float64(window)), u.name),
+		14, ` font-weight="bold"`)
+	if len(rows) == 0 || window == 0 {
+		c.text(10, 50, "start", "no timeline recorded (exclusive runs each workload alone)", fontSize, "")
+		return c.writeTo(w)
+	}
+	colour, names := timelineColours(rows)
+	// Row labels first, to know how wide their column is.
+	type lane struct {
+		label string
+		pid   uint32 // the process of a spatial sub-row, 0 for a whole GPU
+		gpu   int
+	}
+	type block struct {
+		b     *Baseline
+		lanes []lane
+	}
+	var blocks []block
+	labelW := 0.0
+	for _, b := range rows {
+		bl := block{b: b}
+		for g := 0; g < r.GPUs; g++ {
+			pids := spatialRows(b.Timeline, g)
+			if pids == nil {
+				bl.lanes = append(bl.lanes, lane{label: fmt.Sprintf("gpu %d", g), gpu: g})
+				continue
+			}
+			for _, pid := range pids {
+				bl.lanes = append(bl.lanes, lane{label: fmt.Sprintf("gpu %d · %s", g, nameOf(b, pid)), pid: pid, gpu: g})
+			}
+		}
+		for _, l := range bl.lanes {
+			labelW = max(labelW, textWidth(l.label, fontSize))
+		}
+		blocks = append(blocks, bl)
+	}
+	x0 := 10 + labelW + 10
+	x := func(t uint64) float64 { return x0 + float64(min(t, window))/float64(window)*tlPlotW }
+	yy := 40.0
+	for _, bl := range blocks {
+		c.text(10, yy+12, "start", bl.b.Name, fontSize, ` font-weight="bold"`)
+		yy += 18
+		for _, l := range bl.lanes {
+			h := float64(tlLaneH)
+			if l.pid != 0 {
+				h = tlSubH
+			}
+			c.text(10, yy+h/2+4, "start", l.label, fontSize, "")
+			c.rect(x0, yy, tlPlotW, h, `fill="#f4f4f4"`, "")
+			for _, seg := range bl.b.Timeline {
+				if seg.GPU != l.gpu || seg.Start >= window || (l.pid != 0 && seg.PID != l.pid) {
+					continue
+				}
+				fill, title := switchColour, "context switch to "+nameOf(bl.b, seg.PID)
+				switch seg.Kind {
+				case sim.SegmentRun:
+					fill, title = colour[seg.PID], nameOf(bl.b, seg.PID)
+				case sim.SegmentPreempt:
+					fill, title = saveColour, "save of a preempted kernel"
+				}
+				c.rect(x(seg.Start), yy, max(x(seg.End)-x(seg.Start), 0.3), h, fmt.Sprintf(`fill="%s"`, fill),
+					fmt.Sprintf("%s %s–%s", title, dur(seg.Start), dur(seg.End)))
+			}
+			yy += h + 2
+		}
+		yy += tlGap
+	}
+	for _, t := range linTicks(float64(window), 8) {
+		px := x(uint64(t))
+		c.line(px, yy, px, yy+4, `stroke="#444"`)
+		c.text(px, yy+16, "middle", u.label(t), fontSize, "")
+	}
+	c.text(x0+tlPlotW/2, yy+34, "middle", fmt.Sprintf("simulated time (%s)", u.name), fontSize, "")
+	timelineLegend(c, names, 10, yy+56, x0+tlPlotW)
+	return c.writeTo(w)
+}
+
+// timelineColours gives each process that ran a colour, by pid, and lists
+// them for the legend.
+func timelineColours(rows []*Baseline) (map[uint32]string, []legendKey) {
+	var pids []uint32
+	for _, b := range rows {
+		for _, seg := range b.Timeline {
+			if seg.Kind == sim.SegmentRun && !slices.Contains(pids, seg.PID) {
+				pids = append(pids, seg.PID)
+			}
+		}
+	}
+	slices.Sort(pids)
+	colour := map[uint32]string{}
+	var keys []legendKey
+	for i, pid := range pids {
+		colour[pid] = palette[i%len(palette)]
+		name := fmt.Sprint(pid)
+		for _, b := range rows {
+			if n, ok := b.PIDs[pid]; ok {
+				name = n
+			}
+		}
+		keys = append(keys, legendKey{name, colour[pid]})
+	}
+	return colour, append(keys, legendKey{"context switch", switchColour}, legendKey{"save of a preempted kernel", saveColour})
+}
+
+// legendKey is one entry of the timeline's legend.
+type legendKey struct{ name, colour string }
+
+// timelineLegend lays the keys out left to right from x, y, wrapping
+// before right.
+func timelineLegend(c *canvas, keys []legendKey, x, y, right float64) {
+	lx, ly := x, y
+	for _, k := range keys {
+		w := 18 + textWidth(k.name, fontSize) + 16
+		if lx > x && lx+w > right {
+			lx, ly = x, ly+20
+		}
+		c.rect(lx, ly, 14, 14, fmt.Sprintf(`fill="%s"`, k.colour), "")
+		c.text(lx+18, ly+12, "start", k.name, fontSize, "")
+		lx += w
+	}
+}
+
+// spatialRows returns the processes of a GPU's lane, in pid order, when
+// their segments overlap (spatial sharing: kernels co-run), nil when the
+// lane is one row.
+func spatialRows(tl []sim.Segment, gpu int) []uint32 {
+	var end uint64
+	overlap := false
+	var pids []uint32
+	for _, seg := range tl {
+		if seg.GPU != gpu {
+			continue
+		}
+		if seg.Start < end {
+			overlap = true
+		}
+		end = max(end, seg.End)
+		if !slices.Contains(pids, seg.PID) {
+			pids = append(pids, seg.PID)
+		}
+	}
+	if !overlap {
+		return nil
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// nameOf names a pid in a baseline's timeline.
+func nameOf(b *Baseline, pid uint32) string {
+	if n, ok := b.PIDs[pid]; ok {
+		return n
+	}
+	return fmt.Sprint(pid)
+}
+
+func (r *Report) lcNames() []string {
+	var names []string
+	for _, b := range r.Baselines {
+		for _, l := range b.LC {
+			if !slices.Contains(names, l.Name) {
+				names = append(names, l.Name)
+			}
+		}
+	}
+	return names
+}
+
+func (b *Baseline) lc(name string) *LC {
+	for i := range b.LC {
+		if b.LC[i].Name == name {
+			return &b.LC[i]
+		}
+	}
+	return nil
+}
