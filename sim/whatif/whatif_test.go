@@ -413,3 +413,22 @@ func TestBEPartialKernel(t *testing.T) {
 		}
 	}
 }
+
+// TestClosedArrivals: with process closed each server sends its next
+// request think after the previous one ends, so a 2 ms request and 1 ms
+// of think time make 333 requests a second, none waiting, at 2 ms each.
+func TestClosedArrivals(t *testing.T) {
+	spec := "gpus: 1\nlc:\n  - name: loop\n    gpu: 0\n    arrival: {process: closed, think: 1ms}\n    request:\n      - kernel: {count: 4, duration: 500us}\n"
+	f, err := workload.Parse([]byte(spec), "closed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(context.Background(), config(t, f, time.Second, 1, Exclusive))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lc(t, r, Exclusive, "loop")
+	if l.Requests != 333 || l.Waiting != 0 || l.Arrived != l.Requests+l.InFlight || l.P50NS < 1990e3 || l.P50NS > 2010e3 || l.Backlog {
+		t.Errorf("closed loop: %+v", l)
+	}
+}

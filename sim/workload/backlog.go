@@ -14,6 +14,9 @@ func Waiting(p sim.Program, end uint64, f func(arrival uint64)) (rejected uint64
 	switch p := p.(type) {
 	case *lcProgram:
 		d := p.d
+		if d.closed {
+			return 0, true // its servers send requests only when idle
+		}
 		d.admit(end, false)
 		for _, r := range d.pend[d.ph:] {
 			if r.at < end {

@@ -37,6 +37,25 @@ type dispatcher struct {
 	primed   bool
 	hasNext  bool
 	rejected uint64
+
+	// A closed workload has no queue: each server sends itself its next
+	// request, think after its previous one ended (arrival "closed").
+	closed bool
+	think  *sampler
+}
+
+// arrive makes a closed workload's next request, arriving at t.
+func (d *dispatcher) arrive(t uint64) request {
+	return request{at: t, seed: d.seeds.Uint64()}
+}
+
+// thinkTime draws the time a closed workload's server waits before its
+// next request.
+func (d *dispatcher) thinkTime() uint64 {
+	if d.think == nil {
+		return 0
+	}
+	return d.think.draw(d.arr.r)
 }
 
 func (d *dispatcher) advance() {
@@ -92,12 +111,19 @@ type lcProgram struct {
 	si, rep  int
 	needSync bool
 	durs     []uint64 // a burst of launches handed over at once
+
+	// Closed arrivals: the next request of this server arrives at nextAt.
+	thinking bool
+	nextAt   uint64
 }
 
 // Next implements sim.Program.
 func (p *lcProgram) Next(now uint64) (sim.Op, error) {
 	if p.inReq {
 		return p.step(), nil
+	}
+	if p.d.closed {
+		return p.closedNext(now), nil
 	}
 	if r, ok := p.d.take(now); ok {
 		p.pcg.Seed(r.seed, p.stream)
@@ -108,6 +134,26 @@ func (p *lcProgram) Next(now uint64) (sim.Op, error) {
 		return sim.Op{Kind: sim.OpStop}, nil
 	}
 	return sim.Op{Kind: sim.OpWaitUntil, At: p.d.next.at}, nil
+}
+
+// closedNext is Next for a closed workload: think, then send the next
+// request, until the horizon.
+func (p *lcProgram) closedNext(now uint64) sim.Op {
+	if !p.thinking {
+		p.thinking = true
+		p.nextAt = now + p.d.thinkTime()
+	}
+	switch {
+	case p.nextAt >= p.d.horizon:
+		return sim.Op{Kind: sim.OpStop}
+	case p.nextAt > now:
+		return sim.Op{Kind: sim.OpWaitUntil, At: p.nextAt}
+	}
+	p.thinking = false
+	r := p.d.arrive(p.nextAt)
+	p.pcg.Seed(r.seed, p.stream)
+	p.inReq, p.si, p.rep = true, 0, 0
+	return sim.Op{Kind: sim.OpBegin, At: r.at}
 }
 
 func (p *lcProgram) step() sim.Op {

@@ -117,12 +117,17 @@ func (f *File) Workloads() ([]Workload, error) {
 			pending = defaultPending
 		}
 		h := nameHash(lc.Name)
+		var think *sampler
+		if lc.Arrival.Think != nil {
+			think = newSampler(lc.Arrival.Think)
+		}
 		newDispatcher := func(seed, horizon uint64) *dispatcher {
 			return &dispatcher{
 				name:    lc.Name,
 				arr:     newArrivals(&lc.Arrival, times, rand.New(rand.NewPCG(seed, h))),
 				seeds:   rand.New(rand.NewPCG(seed, ^h)),
 				horizon: horizon, maxPending: pending,
+				closed: lc.Arrival.Process == "closed", think: think,
 			}
 		}
 		replicas := max(lc.Replicas, 1)
@@ -294,18 +299,19 @@ func (s *sampler) draw(r *rand.Rand) uint64 {
 
 // arrivals generates arrival times in order.
 type arrivals struct {
-	kind  string
-	rate  float64
-	mu    float64
-	sigma float64
-	times []uint64
-	i     int
-	t     float64
-	r     *rand.Rand
+	kind   string
+	rate   float64
+	mu     float64
+	sigma  float64
+	lo, hi float64 // uniform inter-arrival bounds (ns)
+	times  []uint64
+	i      int
+	t      float64
+	r      *rand.Rand
 }
 
 func newArrivals(a *Arrival, times []uint64, r *rand.Rand) *arrivals {
-	g := &arrivals{kind: a.Process, rate: a.Rate, times: times, r: r}
+	g := &arrivals{kind: a.Process, rate: a.Rate, times: times, r: r, lo: float64(a.Min), hi: float64(a.Max)}
 	if g.kind == "lognormal" {
 		g.sigma = a.Sigma
 		if g.sigma == 0 {
@@ -331,6 +337,8 @@ func (g *arrivals) next() (uint64, bool) {
 		return uint64(v), true
 	case "lognormal":
 		g.t += math.Exp(g.mu + g.sigma*g.r.NormFloat64())
+	case "uniform":
+		g.t += g.lo + g.r.Float64()*(g.hi-g.lo)
 	default:
 		g.t += g.r.ExpFloat64() * 1e9 / g.rate
 	}

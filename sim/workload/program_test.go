@@ -269,3 +269,20 @@ func TestReplicasShareQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestUniformArrivals: inter-arrival times of process uniform stay
+// between min and max and average their midpoint.
+func TestUniformArrivals(t *testing.T) {
+	g := newArrivals(&Arrival{Process: "uniform", Min: Duration(17 * time.Millisecond), Max: Duration(49 * time.Millisecond)}, nil, newRand(3))
+	prev, n := uint64(0), 0
+	for ; n < 2000; n++ {
+		a, _ := g.next()
+		if d := a - prev; n > 0 && (d < uint64(17*time.Millisecond) || d > uint64(49*time.Millisecond)) {
+			t.Fatalf("interval %v", time.Duration(d))
+		}
+		prev = a
+	}
+	if mean := time.Duration(prev / uint64(n)); mean < 32*time.Millisecond || mean > 34*time.Millisecond {
+		t.Errorf("mean interval %v, want about 33ms", mean)
+	}
+}

@@ -70,18 +70,27 @@ type LC struct {
 
 // Arrival is how requests arrive.
 type Arrival struct {
-	// Process is poisson, lognormal, periodic or trace.
+	// Process is poisson, lognormal, periodic, uniform, trace or closed.
 	Process string `json:"process"`
 	// Rate is the mean arrival rate in requests/s (poisson, lognormal,
 	// periodic).
 	Rate float64 `json:"rate,omitempty"`
 	// Sigma is the log-normal inter-arrival shape (default 1).
 	Sigma float64 `json:"sigma,omitempty"`
+	// Min and Max bound the inter-arrival times of process uniform, drawn
+	// uniformly between them (a client pacing its requests with jitter).
+	Min Duration `json:"min,omitempty"`
+	Max Duration `json:"max,omitempty"`
 	// Times are recorded arrival offsets from the start (trace), or File
 	// names a text file of them, one duration per line ('#' comments),
 	// relative to the spec's directory.
 	Times []Duration `json:"times,omitempty"`
 	File  string     `json:"file,omitempty"`
+	// Think is, for process closed, the time between the end of a
+	// server's request and the arrival of its next one (default 0): each
+	// replica is a client that sends its next request only when its
+	// previous one is done, as a benchmark loop or a training job does.
+	Think *Dist `json:"think,omitempty"`
 }
 
 // Step is one part of a request: exactly one field is set.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -204,6 +206,24 @@ func (o *SLO) validate(path string) *FieldError {
 }
 
 func (a *Arrival) validate(path string) *FieldError {
+	// Each field belongs to the processes that use it.
+	for _, f := range []struct {
+		name  string
+		set   bool
+		procs []string
+	}{
+		{"rate", a.Rate != 0, []string{"poisson", "lognormal", "periodic"}},
+		{"sigma", a.Sigma != 0, []string{"lognormal"}},
+		{"min", a.Min != 0, []string{"uniform"}},
+		{"max", a.Max != 0, []string{"uniform"}},
+		{"times", len(a.Times) > 0, []string{"trace"}},
+		{"file", a.File != "", []string{"trace"}},
+		{"think", a.Think != nil, []string{"closed"}},
+	} {
+		if f.set && !slices.Contains(f.procs, a.Process) && slices.Contains(arrivalProcesses(), a.Process) {
+			return fieldErr(path+"."+f.name, "%s applies to process %s only, not %s", f.name, strings.Join(f.procs, ", "), a.Process)
+		}
+	}
 	switch a.Process {
 	case "poisson", "lognormal", "periodic":
 		if !(a.Rate > 0) || a.Rate > maxRate || math.IsInf(a.Rate, 0) {
@@ -212,21 +232,22 @@ func (a *Arrival) validate(path string) *FieldError {
 		if a.Sigma < 0 || a.Sigma > 10 {
 			return fieldErr(path+".sigma", "%v: must be between 0 (default 1) and 10", a.Sigma)
 		}
-		if a.Sigma != 0 && a.Process != "lognormal" {
-			return fieldErr(path+".sigma", "sigma applies to process lognormal only (%s has no shape to set)", a.Process)
+	case "uniform":
+		if a.Min <= 0 || a.Max <= a.Min || time.Duration(a.Max) > maxDuration {
+			return fieldErr(path, "uniform needs 0 < min < max ≤ %v (min %v, max %v)", maxDuration, time.Duration(a.Min), time.Duration(a.Max))
 		}
-		if len(a.Times) > 0 || a.File != "" {
-			return fieldErr(path, "times and file belong to process: trace")
+		if 2e9/float64(a.Min+a.Max) > maxRate {
+			return fieldErr(path, "min %v, max %v: more than %g requests/s", time.Duration(a.Min), time.Duration(a.Max), maxRate)
+		}
+	case "closed":
+		if a.Think != nil {
+			if err := a.Think.validate(path+".think", false); err != nil {
+				return err
+			}
 		}
 	case "trace":
 		if (len(a.Times) == 0) == (a.File == "") {
 			return fieldErr(path, "process trace needs exactly one of times and file")
-		}
-		if a.Rate != 0 {
-			return fieldErr(path+".rate", "a recorded arrival trace has no rate")
-		}
-		if a.Sigma != 0 {
-			return fieldErr(path+".sigma", "sigma applies to process lognormal only")
 		}
 		for i := range a.Times {
 			if a.Times[i] < 0 || (i > 0 && a.Times[i] < a.Times[i-1]) {
@@ -235,9 +256,14 @@ func (a *Arrival) validate(path string) *FieldError {
 			}
 		}
 	default:
-		return fieldErr(path+".process", "%s: want poisson, lognormal, periodic or trace", quote(a.Process))
+		return fieldErr(path+".process", "%s: want %s", quote(a.Process), strings.Join(arrivalProcesses(), ", "))
 	}
 	return nil
+}
+
+// arrivalProcesses lists the arrival processes a spec may name.
+func arrivalProcesses() []string {
+	return []string{"poisson", "lognormal", "periodic", "uniform", "trace", "closed"}
 }
 
 func validateRequest(path string, steps []Step) *FieldError {

@@ -115,7 +115,13 @@ func LoadWarnings(f *File, d time.Duration) []string {
 // arrivalRate is the mean arrival rate of a, 0 where it is not known
 // without reading a file.
 func arrivalRate(a *Arrival) float64 {
-	if a.Process != "trace" {
+	switch a.Process {
+	case "uniform":
+		return 2e9 / float64(a.Min+a.Max)
+	case "closed":
+		return 0 // a closed workload asks no more than it is served
+	case "trace":
+	default:
 		return a.Rate
 	}
 	if n := len(a.Times); n > 1 && a.Times[n-1] > a.Times[0] {
