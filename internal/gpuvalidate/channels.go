@@ -247,10 +247,25 @@ func writeList(w *Writer, s Step, pid, i int) {
 	if i > 0 {
 		name = fmt.Sprintf("list.%d", i+1)
 	}
+	// The output is the list, maybe after notes and warnings on stderr.
 	var procs []listedProcess
-	if err := json.Unmarshal([]byte(strings.Join(s.Output, "\n")), &procs); err != nil {
+	start := slices.IndexFunc(s.Output, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "[") })
+	if start < 0 {
+		w.Check(name, Fail, "exit %d, printed no JSON list: %s", s.Exit, summarize(s.Output, 5))
+		return
+	}
+	if err := json.NewDecoder(strings.NewReader(strings.Join(s.Output[start:], "\n"))).Decode(&procs); err != nil {
 		w.Check(name, Fail, "exit %d, output is not a JSON list (%v): %s", s.Exit, err, summarize(s.Output, 5))
 		return
+	}
+	var notes []string
+	for _, l := range s.Output[:start] {
+		if l = strings.TrimSpace(l); l != "" {
+			notes = append(notes, l)
+		}
+	}
+	if len(notes) > 0 {
+		w.Note("%s said: %s", name, strings.Join(notes, " / "))
 	}
 	for _, p := range procs {
 		if p.PID != pid {

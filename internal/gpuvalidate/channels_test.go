@@ -17,6 +17,7 @@ const channelSteps = `@@ watch 1000 3000 0 $BUNDLE/arbiter channels watch --form
 {"client":1,"control":"SET_TIMESLICE","fd":5,"kind":"rm_control","object":3,"pid":500,"value":1024}
 tracer: 5 records read, 0 undecodable
 @@ list 3000 3100 0 $BUNDLE/arbiter channels list --format json
+note: no tracer is pinned: handles come from the saved state only
 [{"pid":500,"comm":"victim","known":true,"groups":[{"gpu":0,"engine":"graphics","channels":8,"timeslice_us":1024,"queried_timeslice_us":1024,"timeslice_set_by":"process","state":"scheduled"}]}]
 @@ timeslice 3100 3200 0 $BUNDLE/arbiter channels timeslice 500 200
 process 500 group 0x5c000003 (graphics, GPU 0): timeslice set to 200 µs, driver reports 200 µs
@@ -72,6 +73,9 @@ func TestChannels(t *testing.T) {
 		"resume":                   {"PASS", "process 500 resumed"},
 		"after_resume":             {"PASS", "correct: 1048576 elements"},
 	})
+	if len(s.Notes) != 1 || s.Notes[0] != "list said: note: no tracer is pinned: handles come from the saved state only" {
+		t.Errorf("notes: %q", s.Notes)
+	}
 	for name, want := range map[string]float64{
 		"schedule.suspend_call.p50":         700,
 		"schedule.resume_call.max":          310,
@@ -107,11 +111,12 @@ func TestChannels(t *testing.T) {
 // victim.
 func TestChannelsListProblems(t *testing.T) {
 	for out, want := range map[string]string{
-		`{"error":"no NVIDIA driver"}`:                   "output is not a JSON list",
+		`{"error":"no NVIDIA driver"}`:                   "printed no JSON list",
 		`[{"pid":9,"known":true,"groups":[{}]}]`:         "pid 500 is not listed (1 processes)",
 		`[{"pid":500,"known":false,"groups":[]}]`:        "pid 500 listed with known=false and 0 groups",
 		`[{"pid":500,"known":true,"groups":[]}, {}]`:     "listed with known=true and 0 groups",
-		"arbiter: the RM registry is kept by another...": "not a JSON list",
+		"arbiter: the RM registry is kept by another...": "printed no JSON list",
+		"[{\"pid\": 500, \"groups\": [}":                 "output is not a JSON list (invalid character '}'",
 	} {
 		var buf bytes.Buffer
 		WriteChannels(NewWriter(&buf, "c"), []Step{{Label: "list", Exit: 1, Output: []string{out}}}, Victim{Verdict: "correct"}, 500)

@@ -119,14 +119,24 @@ func readResults(t *testing.T, dir string) *Results {
 
 // noLeftovers checks that the run whose results are in dir left no
 // process running (each carries GV_WORK=dir in its environment) and no
-// tracer pinned.
+// tracer pinned (each section that pins one names it in its pin-path
+// file). Other runs, of other checkouts' tests, may be under way beside it.
 func noLeftovers(t *testing.T, dir string) {
 	t.Helper()
-	pins, _ := filepath.Glob("/sys/fs/bpf/arbiter-validate-*")
-	if len(pins) > 0 {
-		t.Errorf("pinned tracers left behind: %v", pins)
-		for _, p := range pins {
-			os.RemoveAll(p)
+	recorded, _ := filepath.Glob(filepath.Join(dir, "*", "pin-path"))
+	for _, f := range recorded {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin := strings.TrimSpace(string(b))
+		if !strings.HasPrefix(pin, "/sys/fs/bpf/arbiter-validate-") {
+			t.Errorf("%s names %q", f, pin)
+			continue
+		}
+		if _, err := os.Stat(pin); err == nil {
+			t.Errorf("pinned tracer left behind: %s", pin)
+			os.RemoveAll(pin)
 		}
 	}
 	abs, err := filepath.EvalSymlinks(dir)
@@ -269,6 +279,9 @@ func TestScriptStubAndStandin(t *testing.T) {
 	}
 	if copy, err := os.ReadFile(filepath.Join(results, "report.md")); err != nil || !bytes.Equal(copy, md) {
 		t.Errorf("results/report.md differs from --out (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(results, "channels", "pin-path")); err != nil {
+		t.Errorf("the channels section did not say where it pinned its tracer: %v", err)
 	}
 	noLeftovers(t, results)
 	if t.Failed() {
