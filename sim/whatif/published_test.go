@@ -51,7 +51,9 @@ func runPublished(t *testing.T, name string, baselines ...string) *report.Report
 // paper, so XSched's figures come out 6% and 11% lower.
 func TestPublishedXSchedPriority(t *testing.T) {
 	r := runPublished(t, "xsched-fig9-gv100-priority.yaml", Exclusive, Timeslice, PriorityWait)
-	ms := func(b string, q func(l report.LC) uint64) float64 { return float64(q(lc(t, r, b, "resnet152-fg"))) / 1e6 }
+	ms := func(b string, q func(l report.LC) uint64) float64 {
+		return float64(q(lc(t, r, b, "resnet152-fg"))) / 1e6
+	}
 	p50 := func(l report.LC) uint64 { return l.P50NS }
 	p99 := func(l report.LC) uint64 { return l.P99NS }
 	const why = "XSched's runtime overhead is not modelled"
