@@ -243,7 +243,7 @@ func (g *gpu) plan(now uint64) {
 	t := now + p.runLeft
 	g.contended = false
 	if g.drain {
-		t = min(now+p.head().left, g.drainEnd)
+		t = min(now+p.head().toKernelEnd(), g.drainEnd)
 	} else if g.othersWaiting(p) {
 		g.contended = true
 		ts := p.timeslice
@@ -317,7 +317,14 @@ func (g *gpu) onEvent(now uint64) {
 			return
 		}
 		if g.drain {
+			// The drain ended: at the end of the kernel in flight (a
+			// switch without a save) or at the block drain's limit.
 			g.drain = false
+			if p.head().atBoundary() {
+				g.leave(now)
+				g.dispatch(now)
+				return
+			}
 			g.beginPreempt(now)
 			return
 		}
@@ -329,9 +336,9 @@ func (g *gpu) onEvent(now uint64) {
 	}
 }
 
-// complete retires p's head kernel.
+// complete retires p's head kernel (or burst).
 func (g *gpu) complete(p *proc, now uint64) {
-	p.st.KernelsCompleted++
+	p.st.KernelsCompleted += uint64(p.head().n)
 	p.st.CompletedWork += p.head().dur
 	g.s.popHead(p, now)
 }
@@ -342,8 +349,14 @@ func (g *gpu) leave(now uint64) {
 	g.cur, g.state = nil, gIdle
 }
 
-// requestPreempt takes cur off the engine at the modelled granularity.
+// requestPreempt takes cur off the engine at the modelled granularity;
+// between two kernels it switches without a save.
 func (g *gpu) requestPreempt(now uint64) {
+	if g.cur.head().atBoundary() {
+		g.leave(now)
+		g.dispatch(now)
+		return
+	}
 	switch g.s.cfg.granularity {
 	case GranularityInstruction:
 		g.beginPreempt(now)

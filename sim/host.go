@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/gpu-arbiter/arbiter/engine"
@@ -48,8 +47,9 @@ type Op struct {
 	Dir   trace.CopyDir
 	// Durs, with OpKernel, launches several kernels at once: a program
 	// that issues a burst of launches hands it over in one call rather
-	// than one call per kernel. The slice stays the program's; the
-	// simulator reads it before calling Next again.
+	// than one call per kernel. The simulator reads the slice until those
+	// kernels have run: the program must not change it before then (a
+	// synchronization after the launches makes sure they have).
 	Durs []uint64
 }
 
@@ -72,12 +72,66 @@ const (
 	hostStopped
 )
 
-// item is one operation queued on a stream.
+// item is one operation queued on a stream: a copy, a kernel, or a burst
+// of kernels launched together. A burst runs as one piece of work: its
+// kernels' boundaries matter only to a preemption that must wait for the
+// kernel in flight, and to counting the kernels done, and both are found
+// from a cursor into durs that only moves forward, so a kernel costs
+// about one addition, however the burst is scheduled.
 type item struct {
 	kind OpKind // OpKernel or OpCopy
 	dir  trace.CopyDir
-	dur  uint64 // kernel: exclusive duration; copy: modelled duration
+	n    uint32 // kernels in the item (1 for a single kernel or a copy)
+	ki   uint32 // a burst's kernel in progress
+	dur  uint64 // kernels: exclusive duration, summed; copy: modelled duration
 	left uint64 // kernel work left (ns of exclusive time)
+	durs []uint64
+	kend uint64 // a burst's work at the end of kernel ki
+}
+
+// seek moves a burst's cursor to the kernel in progress: the first that
+// has not ended.
+func (it *item) seek() {
+	done := it.dur - it.left
+	for int(it.ki)+1 < len(it.durs) && it.kend <= done {
+		it.ki++
+		it.kend += it.durs[it.ki]
+	}
+}
+
+// toKernelEnd is the work left in the kernel in flight.
+func (it *item) toKernelEnd() uint64 {
+	if it.durs == nil {
+		return it.left
+	}
+	it.seek()
+	return it.kend - (it.dur - it.left)
+}
+
+// atBoundary reports whether no kernel of the item is part way: none has
+// started, or the last one to run has just ended.
+func (it *item) atBoundary() bool {
+	done := it.dur - it.left
+	if done == 0 || it.left == 0 {
+		return true
+	}
+	if it.durs == nil {
+		return false
+	}
+	it.seek()
+	return it.kend-it.durs[it.ki] == done
+}
+
+// kernelsDone counts the item's kernels that have ended and their work.
+func (it *item) kernelsDone() (n, work uint64) {
+	switch {
+	case it.left == 0:
+		return uint64(it.n), it.dur
+	case it.durs == nil:
+		return 0, 0
+	}
+	it.seek()
+	return uint64(it.ki), it.kend - it.durs[it.ki]
 }
 
 // proc is a simulated process: host state, stream, channel group.
@@ -94,6 +148,7 @@ type proc struct {
 	q       []item
 	qh      int
 	kernels int // kernels queued on the stream (running one included)
+	ops     int // operations queued: kernels and copies
 	// The head run is the kernels from the head of the stream up to its
 	// first copy: the compute engine runs them back to back without a
 	// decision in between unless something else happens, so it schedules
@@ -196,7 +251,20 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 		}
 		switch op.Kind {
 		case OpKernel:
-			if (op.Durs == nil && op.Dur == 0) || slices.Contains(op.Durs, 0) {
+			it := item{kind: OpKernel, n: 1, dur: op.Dur}
+			if op.Durs != nil {
+				it.durs, it.n, it.dur = op.Durs, uint32(len(op.Durs)), 0
+				for _, d := range op.Durs {
+					if d == 0 {
+						it.dur = 0
+						break
+					}
+					it.dur += d
+				}
+				it.kend = op.Durs[0]
+				n += len(op.Durs)
+			}
+			if it.dur == 0 {
 				s.fail(fmt.Errorf("process %s at %v: zero-length kernel", p.name, time.Duration(now)))
 				return
 			}
@@ -204,23 +272,20 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 				p.pending, p.hasPend, p.host = op, true, hostGated
 				return
 			}
-			if op.Durs == nil {
-				s.emitLaunch(p, now)
-				s.enqueue(p, item{kind: OpKernel, dur: op.Dur, left: op.Dur}, now)
-				break
+			if s.cfg.observe {
+				for range it.n {
+					s.emitLaunch(p, now)
+				}
 			}
-			n += len(op.Durs)
-			for _, d := range op.Durs {
-				s.emitLaunch(p, now)
-				s.enqueue(p, item{kind: OpKernel, dur: d, left: d}, now)
-			}
+			it.left = it.dur
+			s.enqueue(p, it, now)
 		case OpCopy:
 			d := op.Dur
 			if d == 0 {
 				d = s.cfg.copyLatency + uint64(float64(op.Bytes)/s.cfg.copyBW*1e9) // as Options.CopyDuration
 			}
 			s.emitCopy(p, now, op)
-			s.enqueue(p, item{kind: OpCopy, dur: d, dir: op.Dir}, now)
+			s.enqueue(p, item{kind: OpCopy, n: 1, dur: d, dir: op.Dir}, now)
 		case OpSync, OpEnd:
 			p.syncStart, p.syncEnd = now, op.Kind == OpEnd
 			if op.Kind == OpEnd && !p.inReq {
@@ -282,16 +347,17 @@ func (s *Simulator) completeSync(p *proc, now uint64) {
 
 // enqueue appends an operation to p's stream.
 func (s *Simulator) enqueue(p *proc, it item, now uint64) {
-	if len(p.q)-p.qh >= s.cfg.maxStreamOps {
+	if p.ops+int(it.n) > s.cfg.maxStreamOps {
 		s.fail(fmt.Errorf("process %s at %v: %d operations queued on its stream (bound %d): the GPU cannot keep up with it",
-			p.name, time.Duration(now), len(p.q)-p.qh, s.cfg.maxStreamOps))
+			p.name, time.Duration(now), p.ops, s.cfg.maxStreamOps))
 		return
 	}
 	wasEmpty := p.empty()
 	p.q = append(p.q, it)
+	p.ops += int(it.n)
 	if it.kind == OpKernel {
-		p.kernels++
-		p.st.KernelsSubmitted++
+		p.kernels += int(it.n)
+		p.st.KernelsSubmitted += uint64(it.n)
 		if p.copyAt < 0 {
 			p.runLeft += it.left
 		}
@@ -318,8 +384,9 @@ func (s *Simulator) startHead(p *proc, now uint64) {
 // runs after the current event's bookkeeping).
 func (s *Simulator) popHead(p *proc, now uint64) {
 	wasCopy := p.head().kind == OpCopy
+	p.ops -= int(p.head().n)
 	if !wasCopy {
-		p.kernels--
+		p.kernels -= int(p.head().n)
 		p.runLeft -= p.head().left
 	}
 	p.q[p.qh] = item{}

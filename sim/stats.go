@@ -89,6 +89,13 @@ func (s *Simulator) Stats() Stats {
 		ps := p.st
 		ps.PID, ps.Name, ps.Class, ps.GPU = p.pid, p.name, p.class, p.gpu
 		ps.KernelsInFlight = uint64(p.kernels)
+		if !p.empty() && p.head().kind == OpKernel {
+			// A burst part way: its kernels that ended are done.
+			n, work := p.head().kernelsDone()
+			ps.KernelsCompleted += n
+			ps.CompletedWork += work
+			ps.KernelsInFlight -= n
+		}
 		if p.inReq {
 			ps.InServiceSince = p.arrival
 		}
