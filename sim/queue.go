@@ -24,8 +24,10 @@ const (
 	evControl
 )
 
-// queue is a binary min-heap of events by (t, seq), kept by value so that
-// scheduling allocates nothing once the slice has grown.
+// queue is a 4-ary min-heap of events by (t, seq), kept by value so that
+// scheduling allocates nothing once the slice has grown. Four children
+// per node halve the heap's depth against a binary heap, and the
+// children of a node share a cache line or two.
 type queue struct {
 	h   []event
 	seq uint64
@@ -43,13 +45,14 @@ func (q *queue) push(e event) {
 	q.h = append(q.h, e)
 	i := len(q.h) - 1
 	for i > 0 {
-		p := (i - 1) / 2
-		if !less(&q.h[i], &q.h[p]) {
+		p := (i - 1) / 4
+		if !less(&e, &q.h[p]) {
 			break
 		}
-		q.h[i], q.h[p] = q.h[p], q.h[i]
+		q.h[i] = q.h[p]
 		i = p
 	}
+	q.h[i] = e
 }
 
 // peek returns the earliest event; the queue must not be empty.
@@ -58,23 +61,29 @@ func (q *queue) peek() *event { return &q.h[0] }
 func (q *queue) pop() event {
 	top := q.h[0]
 	n := len(q.h) - 1
-	q.h[0] = q.h[n]
+	last := q.h[n]
 	q.h = q.h[:n]
+	if n == 0 {
+		return top
+	}
 	i := 0
 	for {
-		l := 2*i + 1
-		if l >= n {
+		c := 4*i + 1
+		if c >= n {
 			break
 		}
-		m := l
-		if r := l + 1; r < n && less(&q.h[r], &q.h[l]) {
-			m = r
+		m := c
+		for k := c + 1; k < min(c+4, n); k++ {
+			if less(&q.h[k], &q.h[m]) {
+				m = k
+			}
 		}
-		if !less(&q.h[m], &q.h[i]) {
+		if !less(&q.h[m], &last) {
 			break
 		}
-		q.h[i], q.h[m] = q.h[m], q.h[i]
+		q.h[i] = q.h[m]
 		i = m
 	}
+	q.h[i] = last
 	return top
 }
