@@ -1,6 +1,9 @@
 package whatif
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Progress is where a comparison stands.
 type Progress struct {
@@ -22,28 +25,44 @@ type Running struct {
 	Fraction float64
 }
 
-// tracker gathers the runs' progress and reports it, one call at a time.
+// lockstep is how far, in simulated time, a run may get ahead of the
+// slowest run going: runs that keep together serve the same requests at
+// about the same time, and share their service times (workload.Draws).
+const lockstep = uint64(time.Second)
+
+// tracker gathers the runs' progress, reports it one call at a time, and
+// keeps the runs within lockstep of each other.
 type tracker struct {
 	report func(Progress)
 	bases  []baseline
 	jobs   []*job
 	end    uint64
 
-	mu    sync.Mutex
-	now   []uint64 // virtual time reached, per job
-	state []uint8  // per job: 0 waiting, 1 running, 2 done
+	mu      sync.Mutex
+	moved   *sync.Cond // a run progressed, finished, or the comparison stopped
+	stopped bool
+	now     []uint64 // virtual time reached, per job
+	state   []uint8  // per job: 0 waiting, 1 running, 2 done
 }
 
 func newTracker(cfg *Config, bases []baseline, jobs []*job) *tracker {
-	return &tracker{report: cfg.Progress, bases: bases, jobs: jobs, end: uint64(cfg.Duration),
+	t := &tracker{report: cfg.Progress, bases: bases, jobs: jobs, end: uint64(cfg.Duration),
 		now: make([]uint64, len(jobs)), state: make([]uint8, len(jobs))}
+	t.moved = sync.NewCond(&t.mu)
+	return t
 }
 
-// forJob returns the progress callback of job i (nil when nobody listens).
+// stop releases every run held back, for good (the comparison ends).
+func (t *tracker) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	t.mu.Unlock()
+	t.moved.Broadcast()
+}
+
+// forJob returns the progress callback of job i: it records the run's
+// progress, reports it, and holds the run while it is ahead.
 func (t *tracker) forJob(i int) func(now uint64) {
-	if t.report == nil {
-		return nil
-	}
 	t.mu.Lock()
 	t.state[i] = 1
 	t.mu.Unlock()
@@ -51,19 +70,37 @@ func (t *tracker) forJob(i int) func(now uint64) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.now[i] = min(now, t.end)
-		t.report(t.snapshot())
+		if t.report != nil {
+			t.report(t.snapshot())
+		}
+		t.moved.Broadcast()
+		for !t.stopped && t.now[i] > t.slowest()+lockstep {
+			t.moved.Wait()
+		}
 	}
+}
+
+// slowest is the virtual time of the slowest run going; the caller holds
+// mu.
+func (t *tracker) slowest() uint64 {
+	low := t.end
+	for j, st := range t.state {
+		if st == 1 {
+			low = min(low, t.now[j])
+		}
+	}
+	return low
 }
 
 // finish records that job i ended (successfully or not).
 func (t *tracker) finish(i int) {
-	if t.report == nil {
-		return
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.state[i], t.now[i] = 2, t.end
-	t.report(t.snapshot())
+	if t.report != nil {
+		t.report(t.snapshot())
+	}
+	t.moved.Broadcast()
 }
 
 // snapshot builds the Progress; the caller holds mu.

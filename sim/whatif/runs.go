@@ -74,6 +74,8 @@ func groups(ws []workload.Workload) []string {
 func runAll(ctx context.Context, cfg *Config, jobs []*job, parallel int, tr *tracker) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer context.AfterFunc(ctx, tr.stop)()
+	draws := workload.NewDraws()
 	order := make([]int, len(jobs))
 	for i := range order {
 		order[i] = i
@@ -87,7 +89,7 @@ func runAll(ctx context.Context, cfg *Config, jobs []*job, parallel int, tr *tra
 			defer wg.Done()
 			for i := range next {
 				j := jobs[i]
-				j.err = runJob(ctx, cfg, j, tr.forJob(i))
+				j.err = runJob(ctx, cfg, j, draws, tr.forJob(i))
 				tr.finish(i)
 				if j.err != nil {
 					cancel()
@@ -131,7 +133,7 @@ feed:
 }
 
 // runJob runs one simulation and summarizes it.
-func runJob(ctx context.Context, cfg *Config, j *job, progress func(now uint64)) error {
+func runJob(ctx context.Context, cfg *Config, j *job, draws *workload.Draws, progress func(now uint64)) error {
 	opts := j.b.options(cfg)
 	if j.group != "" {
 		opts.TimelineWindow = 0
@@ -148,7 +150,7 @@ func runJob(ctx context.Context, cfg *Config, j *job, progress func(now uint64))
 		return err
 	}
 	end := uint64(cfg.Duration)
-	progs := workload.Programs(j.ws, cfg.Seed, end)
+	progs := workload.Programs(j.ws, cfg.Seed, end, draws)
 	var procs []Process
 	for i := range j.ws {
 		w := &j.ws[i]

@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/gpu-arbiter/arbiter/engine"
@@ -104,7 +103,9 @@ type Config struct {
 	PolicyDir string
 	// TimelineWindow records GPU timelines from 0 to this time.
 	TimelineWindow time.Duration
-	// Parallel is how many simulations run at once (0: GOMAXPROCS).
+	// Parallel is how many simulations run at once (0: all of them, on
+	// GOMAXPROCS threads, kept within a second of simulated time of each
+	// other so that they share the service times they draw).
 	Parallel int
 	// Progress, if set, is called with the comparison's progress about
 	// every 16,384 simulated events of each run, never concurrently.
@@ -151,7 +152,7 @@ func Run(ctx context.Context, cfg *Config) (*report.Report, error) {
 	jobs := plan(cfg, bases)
 	parallel := cfg.Parallel
 	if parallel <= 0 {
-		parallel = runtime.GOMAXPROCS(0)
+		parallel = len(jobs)
 	}
 	if err := runAll(ctx, cfg, jobs, parallel, newTracker(cfg, bases, jobs)); err != nil {
 		return nil, err

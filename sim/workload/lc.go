@@ -6,10 +6,10 @@ import (
 	"github.com/gpu-arbiter/arbiter/sim"
 )
 
-// request is an arrived LC request: its arrival time and the seed of its
-// service times.
+// request is an arrived LC request: its arrival time, the seed of its
+// service times, and its number in the order of arrival.
 type request struct {
-	at, seed uint64
+	at, seed, idx uint64
 }
 
 // dispatcher is an LC workload's request queue, shared by its replicas:
@@ -37,6 +37,7 @@ type dispatcher struct {
 	primed   bool
 	hasNext  bool
 	rejected uint64
+	count    uint64 // arrivals generated
 
 	// A closed workload has no queue: each server sends itself its next
 	// request, think after its previous one ended (arrival "closed").
@@ -46,7 +47,8 @@ type dispatcher struct {
 
 // arrive makes a closed workload's next request, arriving at t.
 func (d *dispatcher) arrive(t uint64) request {
-	return request{at: t, seed: d.seeds.Uint64()}
+	d.count++
+	return request{at: t, seed: d.seeds.Uint64(), idx: d.count - 1}
 }
 
 // thinkTime draws the time a closed workload's server waits before its
@@ -62,7 +64,8 @@ func (d *dispatcher) advance() {
 	a, ok := d.arr.next()
 	d.hasNext = ok && a < d.horizon
 	if d.hasNext {
-		d.next = request{at: a, seed: d.seeds.Uint64()}
+		d.next = request{at: a, seed: d.seeds.Uint64(), idx: d.count}
+		d.count++
 	}
 }
 
@@ -110,7 +113,16 @@ type lcProgram struct {
 	inReq    bool
 	si, rep  int
 	needSync bool
-	durs     []uint64 // a burst of launches handed over at once
+
+	// A request's service times, drawn in order when it begins (or read
+	// from draws, where another run drew them): order lists their
+	// samplers, cur holds them, di is the next.
+	order  []*sampler
+	draws  *drawRing
+	cur    []uint64
+	buf    []uint64
+	di     int
+	fillFn func([]uint64)
 
 	// Closed arrivals: the next request of this server arrives at nextAt.
 	thinking bool
@@ -126,9 +138,7 @@ func (p *lcProgram) Next(now uint64) (sim.Op, error) {
 		return p.closedNext(now), nil
 	}
 	if r, ok := p.d.take(now); ok {
-		p.pcg.Seed(r.seed, p.stream)
-		p.inReq, p.si, p.rep = true, 0, 0
-		return sim.Op{Kind: sim.OpBegin, At: r.at}, nil
+		return p.begin(r), nil
 	}
 	if !p.d.hasNext {
 		return sim.Op{Kind: sim.OpStop}, nil
@@ -150,10 +160,33 @@ func (p *lcProgram) closedNext(now uint64) sim.Op {
 		return sim.Op{Kind: sim.OpWaitUntil, At: p.nextAt}
 	}
 	p.thinking = false
-	r := p.d.arrive(p.nextAt)
+	return p.begin(p.d.arrive(p.nextAt))
+}
+
+// begin starts serving r: its service times are drawn (or read) now.
+func (p *lcProgram) begin(r request) sim.Op {
 	p.pcg.Seed(r.seed, p.stream)
-	p.inReq, p.si, p.rep = true, 0, 0
+	p.cur = p.draws.get(r.idx, r.seed, len(p.order), p.buf, p.fillFn)
+	if p.draws == nil {
+		p.buf = p.cur
+	}
+	p.inReq, p.si, p.rep, p.di = true, 0, 0, 0
 	return sim.Op{Kind: sim.OpBegin, At: r.at}
+}
+
+// fill draws the service times of the request the generator is seeded
+// for.
+func (p *lcProgram) fill(buf []uint64) {
+	for i, s := range p.order {
+		buf[i] = s.draw(p.svc)
+	}
+}
+
+// drawn returns the request's next n service times.
+func (p *lcProgram) drawn(n int) []uint64 {
+	v := p.cur[p.di : p.di+n : p.di+n]
+	p.di += n
+	return v
 }
 
 func (p *lcProgram) step() sim.Op {
@@ -174,11 +207,7 @@ func (p *lcProgram) step() sim.Op {
 		if !st.syncEach && p.rep == 0 && st.count > 1 {
 			// The launches of a step go out back to back: one burst.
 			p.si++
-			p.durs = p.durs[:0]
-			for range st.count {
-				p.durs = append(p.durs, st.dur.draw(p.svc))
-			}
-			return sim.Op{Kind: sim.OpKernel, Durs: p.durs}
+			return sim.Op{Kind: sim.OpKernel, Durs: p.drawn(st.count)}
 		}
 		p.rep++
 		if p.rep >= st.count {
@@ -186,10 +215,10 @@ func (p *lcProgram) step() sim.Op {
 			p.rep = 0
 		}
 		p.needSync = st.syncEach
-		return sim.Op{Kind: sim.OpKernel, Dur: st.dur.draw(p.svc)}
+		return sim.Op{Kind: sim.OpKernel, Dur: p.drawn(1)[0]}
 	case stepHost:
 		p.si++
-		return sim.Op{Kind: sim.OpSleep, Dur: st.dur.draw(p.svc)}
+		return sim.Op{Kind: sim.OpSleep, Dur: p.drawn(1)[0]}
 	}
 	p.si++
 	return sim.Op{Kind: sim.OpSync}

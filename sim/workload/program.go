@@ -32,7 +32,7 @@ type Workload struct {
 	// Source says where it comes from: "lc", "be" or "replay:FILE".
 	Source string
 
-	newProgram    func(seed, horizon uint64, d *dispatcher) sim.Program
+	newProgram    func(seed, horizon uint64, d *dispatcher, draws *Draws) sim.Program
 	newDispatcher func(seed, horizon uint64) *dispatcher // LC workloads
 }
 
@@ -44,12 +44,14 @@ func (w *Workload) Program(seed, horizon uint64) sim.Program {
 	if w.newDispatcher != nil {
 		d = w.newDispatcher(seed, horizon)
 	}
-	return w.newProgram(seed, horizon, d)
+	return w.newProgram(seed, horizon, d, nil)
 }
 
 // Programs returns fresh host programs for workloads that run together:
 // the replicas of one LC workload among them share its request queue.
-func Programs(ws []Workload, seed, horizon uint64) []sim.Program {
+// draws, if not nil, shares service times with the other runs of the same
+// comparison (same seed) that use it.
+func Programs(ws []Workload, seed, horizon uint64, draws *Draws) []sim.Program {
 	shared := map[string]*dispatcher{}
 	progs := make([]sim.Program, len(ws))
 	for i := range ws {
@@ -61,7 +63,7 @@ func Programs(ws []Workload, seed, horizon uint64) []sim.Program {
 				shared[w.Group] = d
 			}
 		}
-		progs[i] = w.newProgram(seed, horizon, d)
+		progs[i] = w.newProgram(seed, horizon, d, draws)
 	}
 	return progs
 }
@@ -112,6 +114,7 @@ func (f *File) Workloads() ([]Workload, error) {
 			return nil, err
 		}
 		steps := compileSteps(lc.Request)
+		order := drawOrder(steps)
 		pending := lc.MaxPending
 		if pending == 0 {
 			pending = defaultPending
@@ -139,9 +142,12 @@ func (f *File) Workloads() ([]Workload, error) {
 			out = append(out, Workload{
 				Name: name, Group: lc.Name, Class: sim.ClassLC, GPU: lc.GPU, SLO: lc.SLO, Source: "lc",
 				newDispatcher: newDispatcher,
-				newProgram: func(_, _ uint64, d *dispatcher) sim.Program {
+				newProgram: func(seed, _ uint64, d *dispatcher, draws *Draws) sim.Program {
 					pcg := rand.NewPCG(0, 0)
-					return &lcProgram{d: d, pcg: pcg, svc: rand.New(pcg), stream: h, steps: steps}
+					p := &lcProgram{d: d, pcg: pcg, svc: rand.New(pcg), stream: h, steps: steps, order: order,
+						draws: draws.stream(streamID(lc.Name, false))}
+					p.fillFn = p.fill
+					return p
 				},
 			})
 		}
@@ -159,8 +165,12 @@ func (f *File) Workloads() ([]Workload, error) {
 		k := newSampler(&be.Kernel)
 		out = append(out, Workload{
 			Name: be.Name, Group: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be",
-			newProgram: func(seed, _ uint64, _ *dispatcher) sim.Program {
-				return &beProgram{svc: rand.New(rand.NewPCG(seed, ^nameHash(be.Name))), kernel: k, every: every, gap: gap}
+			newProgram: func(seed, _ uint64, _ *dispatcher, draws *Draws) sim.Program {
+				pcg := rand.NewPCG(0, 0)
+				p := &beProgram{pcg: pcg, svc: rand.New(pcg), seed: seed, stream: ^nameHash(be.Name), kernel: k, every: every, gap: gap,
+					draws: draws.stream(streamID(be.Name, true))}
+				p.fillFn = p.fill
+				return p
 			},
 		})
 	}
@@ -174,6 +184,16 @@ func (f *File) Workloads() ([]Workload, error) {
 		out = append(out, ws...)
 	}
 	return out, nil
+}
+
+// mix scrambles a stream number (splitmix64's finalizer), so that the
+// generators of consecutive cycles start far apart.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 func nameHash(s string) uint64 {
@@ -363,6 +383,23 @@ type step struct {
 	dur      *sampler
 }
 
+// drawOrder lists the samplers of a request's service times in the order
+// the request draws them: each kernel, and each host step.
+func drawOrder(steps []step) []*sampler {
+	var out []*sampler
+	for _, st := range steps {
+		switch st.kind {
+		case stepKernel:
+			for range st.count {
+				out = append(out, st.dur)
+			}
+		case stepHost:
+			out = append(out, st.dur)
+		}
+	}
+	return out
+}
+
 func compileSteps(in []Step) []step {
 	var out []step
 	for _, s := range in {
@@ -385,33 +422,66 @@ func compileSteps(in []Step) []step {
 }
 
 // beProgram launches kernels back to back with a sync every `every`.
+//
+// A cycle is every kernels, a sync and the host gap. Its service times
+// (the kernels', then the gap's) come from a generator seeded from the
+// run's seed, the workload's name and the cycle's number, so they are
+// the same in every run, drawn in any order, and shared through draws.
 type beProgram struct {
-	svc    *rand.Rand
-	kernel *sampler
-	gap    *sampler
-	every  int
-	i      int
-	synced bool
-	durs   []uint64
+	pcg          *rand.PCG
+	svc          *rand.Rand
+	seed, stream uint64
+	kernel       *sampler
+	gap          *sampler
+	every        int
+	synced       bool
+
+	draws  *drawRing
+	cycle  uint64
+	cur    []uint64
+	buf    []uint64
+	fillFn func([]uint64)
+}
+
+// fill draws the current cycle's service times in the order they are
+// used.
+func (p *beProgram) fill(buf []uint64) {
+	p.pcg.Seed(p.seed, mix(p.stream^p.cycle))
+	for i := range p.every {
+		buf[i] = p.kernel.draw(p.svc)
+	}
+	if p.gap != nil {
+		buf[p.every] = p.gap.draw(p.svc)
+	}
 }
 
 // Next implements sim.Program.
 func (p *beProgram) Next(uint64) (sim.Op, error) {
-	if p.i < p.every {
-		// The kernels between two synchronizations go out as one burst.
-		p.durs = p.durs[:0]
-		for ; p.i < p.every; p.i++ {
-			p.durs = append(p.durs, p.kernel.draw(p.svc))
+	if p.cur == nil {
+		n := p.every
+		if p.gap != nil {
+			n++
 		}
-		return sim.Op{Kind: sim.OpKernel, Durs: p.durs}, nil
+		p.cur = p.draws.get(p.cycle, p.cycle, n, p.buf, p.fillFn)
+		if p.draws == nil {
+			p.buf = p.cur
+		}
+		return sim.Op{Kind: sim.OpKernel, Durs: p.cur[:p.every]}, nil
 	}
 	if !p.synced {
 		p.synced = true
 		return sim.Op{Kind: sim.OpSync}, nil
 	}
-	p.i, p.synced = 0, false
-	if p.gap != nil {
-		return sim.Op{Kind: sim.OpSleep, Dur: p.gap.draw(p.svc)}, nil
+	p.synced = false
+	gap := p.gap != nil
+	var d uint64
+	if gap {
+		d = p.cur[p.every]
+	}
+	p.cur = nil
+	p.cycle++
+	if gap {
+		return sim.Op{Kind: sim.OpSleep, Dur: d}, nil
 	}
 	return p.Next(0)
 }

@@ -228,7 +228,7 @@ func TestReplicasShareQueue(t *testing.T) {
 	}
 	// serve runs requests to completion, always on replica pick(i).
 	serve := func(pick func(i int) int) map[uint64]string {
-		progs := Programs(ws, 9, uint64(time.Second))
+		progs := Programs(ws, 9, uint64(time.Second), nil)
 		out := map[uint64]string{}
 		now := uint64(0)
 		for i := 0; len(out) < 100; i++ {
@@ -284,5 +284,56 @@ func TestUniformArrivals(t *testing.T) {
 	}
 	if mean := time.Duration(prev / uint64(n)); mean < 32*time.Millisecond || mean > 34*time.Millisecond {
 		t.Errorf("mean interval %v, want about 33ms", mean)
+	}
+}
+
+// TestSharedDraws: programs that share their draws through a Draws issue
+// exactly the operations of programs that draw alone, whichever draws
+// first, for LC requests and BE cycles.
+func TestSharedDraws(t *testing.T) {
+	spec := `
+gpus: 1
+lc:
+  - name: a
+    gpu: 0
+    arrival: {process: poisson, rate: 5000}
+    request:
+      - kernel: {count: 7, duration: {dist: lognormal, mean: 40us, cv: 0.5}}
+      - host: {duration: {dist: exp, mean: 20us}}
+      - kernel: {duration: {dist: uniform, min: 10us, max: 30us}, sync_each: true}
+be:
+  - {name: b, gpu: 0, kernel: {dist: lognormal, mean: 1ms, cv: 0.2}, sync_every: 5, host_gap: {dist: exp, mean: 1ms}}
+`
+	f, err := Parse([]byte(spec), "s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := f.Workloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := func(p sim.Program) string {
+		var b strings.Builder
+		now := uint64(0)
+		for range 4000 {
+			op, err := p.Next(now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if op.Kind == sim.OpWaitUntil {
+				now = op.At
+			}
+			b.WriteString(opString(op) + " ")
+		}
+		return b.String()
+	}
+	horizon := uint64(time.Second)
+	alone := []string{ops(Programs(ws, 3, horizon, nil)[0]), ops(Programs(ws, 3, horizon, nil)[1])}
+	d := NewDraws()
+	first, second := Programs(ws, 3, horizon, d), Programs(ws, 3, horizon, d)
+	for i := range ws {
+		if a, b := ops(first[i]), ops(second[i]); a != alone[i] || b != alone[i] {
+			t.Errorf("%s: shared draws change the program", ws[i].Name)
+		}
 	}
 }

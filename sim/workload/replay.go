@@ -81,7 +81,7 @@ func (f *File) replay(i int, cm copyModel) ([]Workload, error) {
 		ops := replayOps(calls, rec.Start, class == sim.ClassLC, gap, rp.RequestEnd == "sync")
 		out = append(out, Workload{
 			Name: rp.Name, Group: rp.Name, Class: class, GPU: rp.GPU, SLO: rp.SLO, Source: "replay:" + r.File,
-			newProgram: func(_, _ uint64, _ *dispatcher) sim.Program {
+			newProgram: func(_, _ uint64, _ *dispatcher, _ *Draws) sim.Program {
 				return &replayProgram{ops: ops, lc: class == sim.ClassLC}
 			},
 		})
