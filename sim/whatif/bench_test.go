@@ -2,6 +2,10 @@ package whatif
 
 import (
 	"context"
+	"io/fs"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,4 +38,42 @@ func BenchmarkSimulatorHour(b *testing.B) {
 			b.ReportMetric(float64(requests), "requests")
 		})
 	}
+}
+
+// BenchmarkExamplesHour simulates one hour of every shipped example under
+// every baseline per iteration, as `arbiter sim --duration 1h` does, and
+// reports the wall time of each example and of all together
+// (docs/benchmarks.md, "Simulator").
+func BenchmarkExamplesHour(b *testing.B) {
+	_, here, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(here), "..", "..", "examples", "workloads")
+	var specs []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
+			rel, _ := filepath.Rel(root, path)
+			specs = append(specs, rel)
+		}
+		return err
+	})
+	if err != nil || len(specs) == 0 {
+		b.Fatalf("no examples under %s: %v", root, err)
+	}
+	all := Names()[:len(Names())-1] // every baseline but arbiter
+	walls := make(map[string]float64)
+	for b.Loop() {
+		for _, name := range specs {
+			start := time.Now()
+			if _, err := Run(context.Background(), config(b, examples(b, name), time.Hour, 1, all...)); err != nil {
+				b.Fatalf("%s: %v", name, err)
+			}
+			walls[name] += time.Since(start).Seconds()
+		}
+	}
+	var total float64
+	for _, name := range specs {
+		w := walls[name] / float64(b.N)
+		total += w
+		b.ReportMetric(w, "wall-s/"+strings.TrimSuffix(filepath.Base(name), ".yaml"))
+	}
+	b.ReportMetric(total, "wall-s/all")
 }
