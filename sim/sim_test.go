@@ -512,3 +512,36 @@ func TestSetTimesliceMidSlice(t *testing.T) {
 	}
 	equalRuns(t, "A", runs(s.Stats(), pids[0]), [][2]uint64{{10, 410}, {1450, 6050}})
 }
+
+// TestProgressByEvents: progress comes every 16,384 events, however long
+// the run is in simulated time: a run of 2,000 simulated hours whose
+// first second holds a million events reports during that second, where
+// a report every 1% of the simulated time would say nothing for 20
+// simulated hours.
+func TestProgressByEvents(t *testing.T) {
+	s, _ := mustSim(t, &Options{TimelineWindow: 1}, Process{Name: "busy", Program: &tiny{until: uint64(time.Second)}})
+	calls := 0
+	if err := s.RunProgress(context.Background(), uint64(2000*time.Hour), func(uint64) { calls++ }); err != nil {
+		t.Fatal(err)
+	}
+	if calls < 20 {
+		t.Errorf("%d progress calls in a run of about a million events", calls)
+	}
+}
+
+// tiny launches 1 µs kernels and syncs after each until a time.
+type tiny struct {
+	until  uint64
+	synced bool
+}
+
+func (p *tiny) Next(now uint64) (Op, error) {
+	if now >= p.until {
+		return Op{Kind: OpStop}, nil
+	}
+	p.synced = !p.synced
+	if p.synced {
+		return Op{Kind: OpKernel, Dur: us}, nil
+	}
+	return Op{Kind: OpSync}, nil
+}

@@ -229,3 +229,46 @@ func TestTicks(t *testing.T) {
 		t.Errorf("unit %v: %s %s", u, u.label(5e5), u.label(2e7))
 	}
 }
+
+// TestTableNoRequests: a workload with no request completed reads n/a,
+// not a latency of 0 and an SLO attainment of 0%.
+func TestTableNoRequests(t *testing.T) {
+	r := &Report{Workload: "w", DurationNS: 1e9, GPUs: 1, Baselines: []Baseline{{Name: "timeslice",
+		LC: []LC{{Name: "idle", Class: "lc", SLOTargetNS: 5e6, SLOPercentile: 99, CDF: []hist.Point{}}}}}}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	row := ""
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.Contains(line, "idle") {
+			row = line
+		}
+	}
+	f := strings.Fields(row)
+	if len(f) < 11 || f[6] != "n/a" || f[7] != "n/a" || f[8] != "n/a" || f[10] != "n/a" {
+		t.Errorf("row %q: want n/a for p50, p99, p99.9 and SLO", row)
+	}
+}
+
+// TestTableHeader: the header gives the model and the closed loops'
+// control latency with its source; exclusive's GPU utilization is
+// explained in the table.
+func TestTableHeader(t *testing.T) {
+	r := sample()
+	r.Model = Model{TimesliceNS: 1024000, ContextSwitchNS: 20000, PreemptionNS: 30000, Granularity: "instruction",
+		ControlLatencyNS: 350000, ControlLatencySource: "default: RM PREEMPT"}
+	ex := r.Baselines[0]
+	ex.Name, ex.GPUUtilization = "exclusive", 1.2
+	r.Baselines = append([]Baseline{ex}, r.Baselines...)
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"closed-loop control latency 350µs (default: RM PREEMPT)", "120.0%*",
+		"* exclusive GPU util is the load the workloads offer"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
