@@ -7,9 +7,12 @@
 // group (TSG) on its GPU with a timeslice and an interleave level. A GPU has
 // one compute engine, scheduled by round-robin over a runlist of the
 // runnable channel groups (or shared spatially, MPS-like, or by ideal
-// priority, per Options.Mode), and two copy engines (host-to-device and
-// device-to-host) that serve copies in FIFO order independently of compute.
-// Context switches and preemptions cost modelled time.
+// per-kernel or request-aware priority, per Options.Mode), and two copy
+// engines (host-to-device and device-to-host) that serve copies in FIFO
+// order independently of compute. Context switches and preemptions cost
+// modelled time. A burst of kernels launched together runs as one piece
+// of work, so a run's cost grows with the engine's decisions rather than
+// with its kernels.
 //
 // Time is virtual (nanoseconds from 0), kept by one event queue ordered by
 // time and then by insertion order, so a run is a pure function of its
