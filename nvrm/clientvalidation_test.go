@@ -1,10 +1,7 @@
 package nvrm
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,26 +168,6 @@ func startStandinAs(t *testing.T, bin, ctl string, uid uint32) (uint32, int32) {
 	t.Helper()
 	cmd := exec.Command(bin, ctl)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil && err != io.EOF {
-		t.Fatal(err)
-	}
-	var fd int32
-	if _, err := fmt.Sscanf(line, "ready %d", &fd); err != nil {
-		t.Fatalf("stand-in as uid %d said %q", uid, line)
-	}
-	return uint32(cmd.Process.Pid), fd
+	s := startStandinCmd(t, cmd)
+	return s.pid, s.ctlFD
 }

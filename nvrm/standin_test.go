@@ -51,7 +51,13 @@ func buildStandin(t testing.TB) (bin, ctl string) {
 // and waits until it issued its context's calls.
 func startStandin(t testing.TB, bin, ctl string, args ...string) *standin {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{ctl}, args...)...)
+	return startStandinCmd(t, exec.Command(bin, append([]string{ctl}, args...)...))
+}
+
+// startStandinCmd starts cmd, a stand-in command line (with any
+// credentials set), and waits until it issued its context's calls.
+func startStandinCmd(t testing.TB, cmd *exec.Cmd) *standin {
+	t.Helper()
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
