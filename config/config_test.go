@@ -1,0 +1,287 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestDefault(t *testing.T) {
+	want := Config{
+		Listen:    "127.0.0.1:9400",
+		Socket:    "/run/arbiter/arbiter.sock",
+		StateDir:  "/var/lib/arbiter",
+		BPFFS:     "/sys/fs/bpf/arbiter",
+		LogFormat: "auto",
+		LogLevel:  "info",
+	}
+	d := Default()
+	if d != want {
+		t.Fatalf("Default() = %+v\nwant        %+v", d, want)
+	}
+	if err := d.Validate(); err != nil {
+		t.Fatalf("Default() does not validate: %v", err)
+	}
+}
+
+func TestSettingsCoverEveryField(t *testing.T) {
+	// Setting each key to a distinct valid value must change a distinct
+	// field: a setting whose setter writes the wrong field, or a field
+	// with no setting, shows up here.
+	values := map[string]string{
+		"policy": "/p", "listen": "10.0.0.1:1", "socket": "/s.sock", "state_dir": "/st",
+		"bpffs": "/b", "allow_unverified_driver": "true", "log_format": "json", "log_level": "debug",
+	}
+	c := Default()
+	for _, s := range Settings() {
+		v, ok := values[s.Key]
+		if !ok {
+			t.Fatalf("setting %q has no test value", s.Key)
+		}
+		if err := c.SetFlag(s.Flag(), v); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Get(&c); got != v {
+			t.Errorf("%s: Get = %q after setting %q", s.Key, got, v)
+		}
+	}
+	want := Config{Policy: "/p", Listen: "10.0.0.1:1", Socket: "/s.sock", StateDir: "/st", BPFFS: "/b",
+		AllowUnverifiedDriver: true, LogFormat: "json", LogLevel: "debug"}
+	if c != want {
+		t.Fatalf("got  %+v\nwant %+v", c, want)
+	}
+	if len(values) != len(Settings()) {
+		t.Fatalf("%d test values for %d settings", len(values), len(Settings()))
+	}
+}
+
+func TestParseFullFile(t *testing.T) {
+	const file = `
+policy: /etc/arbiter/policy.d
+listen: "[::1]:9500"
+socket: /run/arb/a.sock
+state_dir: /srv/arbiter/state
+bpffs: /sys/fs/bpf/arb
+allow_unverified_driver: true
+log_format: json
+log_level: warn
+`
+	got, err := Parse("full.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Policy: "/etc/arbiter/policy.d", Listen: "[::1]:9500", Socket: "/run/arb/a.sock",
+		StateDir: "/srv/arbiter/state", BPFFS: "/sys/fs/bpf/arb", AllowUnverifiedDriver: true,
+		LogFormat: "json", LogLevel: "warn"}
+	if got != want {
+		t.Fatalf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParsePartialFileKeepsDefaults(t *testing.T) {
+	got, err := Parse("p.yaml", []byte("log_level: debug\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.LogLevel = "debug"
+	if got != want {
+		t.Fatalf("got  %+v\nwant %+v", got, want)
+	}
+	for _, empty := range []string{"", "# only a comment\n", "---\n"} {
+		got, err := Parse("e.yaml", []byte(empty))
+		if err != nil || got != Default() {
+			t.Errorf("Parse(%q) = %+v, %v; want Default()", empty, got, err)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		name, file string
+		want       []string // every one must appear in the error
+	}{
+		{"unknown key with line", "listen: 127.0.0.1:1\n\nlisten_addr: x\n",
+			[]string{`c.yaml:3: unknown key "listen_addr"`, "known keys: policy, listen"}},
+		{"typo suggests", "log_levl: info\n", []string{`c.yaml:1: unknown key "log_levl" (did you mean "log_level"?)`}},
+		{"flag spelling is not a key", "state-dir: /x\n", []string{`unknown key "state-dir" (did you mean "state_dir"?)`}},
+		{"duplicate", "log_level: info\nlog_level: debug\n", []string{`c.yaml:2: key "log_level" set twice (first on line 1)`}},
+		{"bad address", "listen: localhost\n", []string{`c.yaml:1: listen: "localhost" is not HOST:PORT`}},
+		{"port out of range", "listen: 127.0.0.1:70000\n", []string{`port "70000" is not a number from 1 to 65535`}},
+		{"port zero", "listen: 127.0.0.1:0\n", []string{`port "0"`}},
+		{"bad host", "listen: 'bad host:80'\n", []string{`host "bad host" is neither`}},
+		{"number is not an address", "listen: 9400\n", []string{`listen: "9400" is not HOST:PORT`}},
+		{"relative state dir", "state_dir: var/lib/arbiter\n", []string{`state_dir: "var/lib/arbiter" is a relative path; give an absolute path`}},
+		{"relative policy", "policy: ./policy.d\n", []string{`policy: "./policy.d" is a relative path`}},
+		{"empty bpffs", "bpffs: ''\n", []string{"bpffs: is empty; give an absolute path"}},
+		{"socket too long", "socket: /" + strings.Repeat("s", 120) + "\n", []string{"a unix socket path holds at most 107"}},
+		{"socket is a directory", "socket: /run/arbiter/\n", []string{"names a directory"}},
+		{"bool as string", "allow_unverified_driver: 'yes'\n", []string{`allow_unverified_driver: "yes" is not true or false`}},
+		{"bool as word", "allow_unverified_driver: yes\n", []string{`"yes" is not true or false`}},
+		{"log format", "log_format: xml\n", []string{`log_format: "xml" is not one of auto, json, text`}},
+		{"log level", "log_level: verbose\n", []string{`"verbose" is not one of trace, debug, info, warn, error`}},
+		{"null value", "listen:\n", []string{`c.yaml:1: listen: no value; remove the line to keep the default ("127.0.0.1:9400")`}},
+		{"list value", "listen:\n  - a\n", []string{"listen: want a single value, not a list"}},
+		{"not a mapping", "- listen\n", []string{"c.yaml:1: the file must be a mapping of settings"}},
+		{"two documents", "log_level: info\n---\nlog_level: debug\n", []string{"c.yaml:2: a second YAML document"}},
+		{"bad yaml", "listen: [\n", []string{"c.yaml: not valid YAML"}},
+		{"every error at once", "listn: a\nlog_level: loud\nsocket: rel\n",
+			[]string{`c.yaml:1: unknown key "listn"`, `c.yaml:2: log_level: "loud"`, `c.yaml:3: socket: "rel" is a relative path`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("c.yaml", []byte(tc.file))
+			if err == nil {
+				t.Fatalf("no error for %q", tc.file)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q\ndoes not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	c := Default()
+	c.Listen = "nope"
+	c.LogLevel = "chatty"
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range []string{`config: listen: "nope" is not HOST:PORT`, `config: log_level: "chatty"`} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not contain %q", err, w)
+		}
+	}
+}
+
+// TestFlagsOverrideFile follows the merge rule of the package comment: the
+// file over the defaults, then only the flags given.
+func TestFlagsOverrideFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte("log_level: debug\nlisten: 127.0.0.1:9500\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, used, err := Resolve(path)
+	if err != nil || used != path {
+		t.Fatalf("Resolve = %v, %q", err, used)
+	}
+	if err := c.SetFlag("listen", "0.0.0.0:9600"); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "0.0.0.0:9600" || c.LogLevel != "debug" || c.StateDir != Default().StateDir {
+		t.Fatalf("merged = %+v", c)
+	}
+
+	t.Chdir(dir)
+	if err := c.SetFlag("state-dir", "state"); err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "state"); c.StateDir != want {
+		t.Errorf("relative --state-dir became %q, want %q", c.StateDir, want)
+	}
+	if err := c.SetFlag("policy", ""); err != nil || c.Policy != "" {
+		t.Errorf("--policy '' = %q, %v; want the embedded default", c.Policy, err)
+	}
+	for _, bad := range []struct{ name, value, want string }{
+		{"listen", "x", `config: --listen: "x" is not HOST:PORT`},
+		{"log-format", "yaml", `config: --log-format: "yaml" is not one of`},
+		{"allow-unverified-driver", "maybe", `--allow-unverified-driver: "maybe" is not true or false`},
+		{"config", "/x", "config: no setting --config (settings: policy, listen, socket, state-dir"},
+	} {
+		err := c.SetFlag(bad.name, bad.value)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("SetFlag(%q, %q) = %v, want %q", bad.name, bad.value, err, bad.want)
+		}
+	}
+}
+
+func TestResolveMissing(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "none.yaml")
+	_, _, err := Resolve(missing)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Resolve(missing --config) = %v, want a not-exist error naming the file", err)
+	}
+	if _, err := os.Stat(DefaultPath); errors.Is(err, fs.ErrNotExist) {
+		c, used, err := Resolve("")
+		if err != nil || used != "" || c != Default() {
+			t.Fatalf("Resolve(\"\") without %s = %+v, %q, %v; want Default()", DefaultPath, c, used, err)
+		}
+	}
+}
+
+// shipped is the path of the configuration file the packages install.
+const shipped = "../deploy/config.yaml"
+
+// TestShippedFile loads the shipped file: it must equal Default() except
+// for the policy directory it says it changes.
+func TestShippedFile(t *testing.T) {
+	got, err := Load(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Policy = "/etc/arbiter/policy.d"
+	if got != want {
+		t.Fatalf("%s = %+v\nwant %+v", shipped, got, want)
+	}
+}
+
+// TestShippedFileDocumentsEveryKey checks that every setting appears in the
+// shipped file with a comment above it, and that each commented-out line
+// shows the true default: uncommenting them all must load to the same
+// configuration.
+func TestShippedFileDocumentsEveryKey(t *testing.T) {
+	b, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	commented := regexp.MustCompile(`^# ([a-z_]+): (.*)$`)
+	active := regexp.MustCompile(`^([a-z_]+): `)
+	found := map[string]bool{}
+	var uncommented []string
+	for i, l := range lines {
+		key := ""
+		if m := commented.FindStringSubmatch(l); m != nil {
+			if _, ok := lookup(m[1]); ok {
+				key = m[1]
+				l = m[1] + ": " + m[2]
+			}
+		} else if m := active.FindStringSubmatch(l); m != nil {
+			key = m[1]
+		}
+		if key != "" {
+			if found[key] {
+				t.Errorf("%s:%d: %s appears twice", shipped, i+1, key)
+			}
+			found[key] = true
+			if i == 0 || !strings.HasPrefix(lines[i-1], "#") || commented.MatchString(lines[i-1]) {
+				t.Errorf("%s:%d: %s has no comment above it", shipped, i+1, key)
+			}
+		}
+		uncommented = append(uncommented, l)
+	}
+	for _, s := range Settings() {
+		if !found[s.Key] {
+			t.Errorf("%s does not document %s", shipped, s.Key)
+		}
+	}
+	got, err := Parse("uncommented", []byte(strings.Join(uncommented, "\n")))
+	if err != nil {
+		t.Fatalf("the shipped file with every key uncommented: %v", err)
+	}
+	want := Default()
+	want.Policy = "/etc/arbiter/policy.d"
+	if got != want {
+		t.Fatalf("uncommented shipped file = %+v\nwant %+v (a commented default is wrong)", got, want)
+	}
+}
