@@ -1,34 +1,6 @@
 package engine
 
-import "fmt"
-
-// Interleave is a channel group's runlist interleave level: how many of the
-// GPU's round-robin runlist slots the group gets relative to others. Values
-// are the NVIDIA Resource Manager's (NVA06C_CTRL_INTERLEAVE_LEVEL_*).
-type Interleave uint32
-
-// Interleave levels.
-const (
-	InterleaveLow    Interleave = 0
-	InterleaveMedium Interleave = 1 // the driver's default
-	InterleaveHigh   Interleave = 2
-)
-
-// Valid reports whether l is one of the three levels.
-func (l Interleave) Valid() bool { return l <= InterleaveHigh }
-
-// String returns "low", "medium" or "high".
-func (l Interleave) String() string {
-	switch l {
-	case InterleaveLow:
-		return "low"
-	case InterleaveMedium:
-		return "medium"
-	case InterleaveHigh:
-		return "high"
-	}
-	return fmt.Sprintf("interleave(%d)", uint32(l))
-}
+import "github.com/gpu-arbiter/arbiter/sched"
 
 // ChannelController controls a process's channel groups (TSGs) through the
 // GPU driver: enforcement levels "timeslice" and "suspend". gpu is the
@@ -54,7 +26,7 @@ type ChannelController interface {
 	// SetInterleave sets the runlist interleave level of every channel group
 	// of pid on every GPU it uses. Afterwards its groups get the runlist
 	// share of that level.
-	SetInterleave(pid uint32, level Interleave) error
+	SetInterleave(pid uint32, level sched.Interleave) error
 	// Suspend takes every channel group of pid on gpu off that GPU's
 	// runlist and preempts any of its work running there. Afterwards none of
 	// pid's work executes on gpu until Resume; its queued work is kept, not

@@ -1,14 +1,8 @@
 package engine
 
 import (
-	"errors"
-
 	"github.com/gpu-arbiter/arbiter/trace"
 )
-
-// ErrDeadline is returned by a DeadlineSource's Read when its read deadline
-// passes with no event. The source's Clock then reads at least the deadline.
-var ErrDeadline = errors.New("read deadline reached")
 
 // Source delivers observed events to the engine.
 //
@@ -19,9 +13,9 @@ var ErrDeadline = errors.New("read deadline reached")
 //     deliver events of different processes slightly out of order, and the
 //     engine tolerates that.
 //   - Read returns io.EOF when the source has ended cleanly (a replayed file
-//     or a simulation reached its end) and a source-specific closed error
-//     (for example uprobe.ErrClosed) once Close has been called. Any other
-//     error is a failure of the source; it wraps the cause.
+//     or a simulation reached its end) and an error wrapping trace.ErrClosed
+//     once Close has been called. Any other error is a failure of the
+//     source; it wraps the cause.
 //   - ev is overwritten completely by every successful Read; the source keeps
 //     no reference to it, so the caller may reuse one Event for every call.
 //   - Close is idempotent and unblocks a pending Read. Read and Close may be
@@ -50,9 +44,9 @@ type Clock interface {
 // an idle gap; a suspended BE process is resumed when that gap has passed).
 //
 // SetReadDeadline makes every later Read that would otherwise block past t
-// (in Clock time) return ErrDeadline at t instead. A t of 0 clears the
+// (in Clock time) return trace.ErrDeadline at t instead. A t of 0 clears the
 // deadline. A deadline at or before the current time makes the next Read
-// return ErrDeadline at once unless an event is already pending (pending
+// return trace.ErrDeadline at once unless an event is already pending (pending
 // events are delivered first). The simulator implements this on virtual
 // time, so a deadline costs no wall-clock time there.
 type DeadlineSource interface {

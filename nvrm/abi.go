@@ -333,43 +333,6 @@ type InterleaveParams struct {
 	Level uint32
 }
 
-// InterleaveLevel is a channel group's share of runlist slots under the
-// CHANNEL_INTERLEAVED runlist policy.
-type InterleaveLevel uint32
-
-// Interleave levels.
-const (
-	InterleaveLow    InterleaveLevel = 0
-	InterleaveMedium InterleaveLevel = 1 // the driver's default
-	InterleaveHigh   InterleaveLevel = 2
-)
-
-// String returns "low", "medium" or "high".
-func (l InterleaveLevel) String() string {
-	switch l {
-	case InterleaveLow:
-		return "low"
-	case InterleaveMedium:
-		return "medium"
-	case InterleaveHigh:
-		return "high"
-	}
-	return fmt.Sprintf("level(%d)", uint32(l))
-}
-
-// ParseInterleaveLevel accepts "low", "medium", "high" or 0, 1, 2.
-func ParseInterleaveLevel(s string) (InterleaveLevel, error) {
-	switch s {
-	case "low", "0":
-		return InterleaveLow, nil
-	case "medium", "1":
-		return InterleaveMedium, nil
-	case "high", "2":
-		return InterleaveHigh, nil
-	}
-	return 0, fmt.Errorf("nvrm: interleave level %q: want low, medium or high", s)
-}
-
 // DefaultTimesliceUs is the driver's default channel-group timeslice.
 const DefaultTimesliceUs = 1024
 

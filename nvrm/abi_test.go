@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/gpu-arbiter/arbiter/sched"
 )
 
 // field is one struct member's name and offset.
@@ -160,7 +162,7 @@ func TestGoldenBytes(t *testing.T) {
 		{"ScheduleParams", ScheduleParams{1, 0, 1}, "010001"},
 		{"TimesliceParams", TimesliceParams{1024}, "0004000000000000"},
 		{"PreemptParams", PreemptParams{BWait: 1, BManualTimeout: 1, TimeoutUs: 1_000_000}, "01010000 40420f00"},
-		{"InterleaveParams", InterleaveParams{uint32(InterleaveHigh)}, "02000000"},
+		{"InterleaveParams", InterleaveParams{uint32(sched.InterleaveHigh)}, "02000000"},
 		// A pre-535 NVOS21 has its status where 535 has paramsSize, and
 		// padding where 535 has the status: read as a 535 block, a refused
 		// allocation (0x1F) would pass for NV_OK.
@@ -276,7 +278,7 @@ func TestNames(t *testing.T) {
 		{EngineType(0x99).String(), "engine-0x99"},
 		{CtrlPreempt.String(), "PREEMPT"},
 		{Control(0x1).String(), "control-0x00000001"},
-		{InterleaveHigh.String(), "high"},
+		{sched.InterleaveHigh.String(), "high"},
 		{ControlRdev.String(), "195:255"},
 		{MkRdev(1, 7).String(), "1:7"},
 	}
@@ -288,12 +290,12 @@ func TestNames(t *testing.T) {
 	if !ClassHopperGPFIFO.IsChannel() || ClassChannelGroup.IsChannel() || !ClassRootNonPriv.IsClient() || ClassDevice.IsClient() {
 		t.Error("class predicates")
 	}
-	for s, want := range map[string]InterleaveLevel{"low": 0, "1": 1, "high": 2} {
-		if l, err := ParseInterleaveLevel(s); err != nil || l != want {
-			t.Errorf("ParseInterleaveLevel(%q) = %v, %v", s, l, err)
+	for s, want := range map[string]sched.Interleave{"low": 0, "1": 1, "high": 2} {
+		if l, err := sched.ParseInterleave(s); err != nil || l != want {
+			t.Errorf("sched.ParseInterleave(%q) = %v, %v", s, l, err)
 		}
 	}
-	if _, err := ParseInterleaveLevel("max"); err == nil {
-		t.Error("ParseInterleaveLevel accepted max")
+	if _, err := sched.ParseInterleave("max"); err == nil {
+		t.Error("sched.ParseInterleave accepted max")
 	}
 }

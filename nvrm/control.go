@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/sched"
 )
 
 // Errors of channel control, besides the driver's own statuses.
@@ -182,8 +183,8 @@ func (c *Controller) Timeslice(pid uint32, gpu int) (map[uint32]uint64, error) {
 // SET_INTERLEAVE_LEVEL (RS_ACCESS_NICE) only to a caller with
 // CAP_SYS_ADMIN or CAP_SYS_NICE; without either, SetInterleave returns a
 // *caps.MissingError before issuing anything.
-func (c *Controller) SetInterleave(pid uint32, level InterleaveLevel) error {
-	if level > InterleaveHigh {
+func (c *Controller) SetInterleave(pid uint32, level sched.Interleave) error {
+	if level > sched.InterleaveHigh {
 		return fmt.Errorf("nvrm: interleave level %d: want 0 (low), 1 (medium) or 2 (high)", uint32(level))
 	}
 	if err := c.requireNice(); err != nil {

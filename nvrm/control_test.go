@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -39,7 +40,7 @@ func TestControllerUnknownProcess(t *testing.T) {
 		"timeslice":  c.SetTimeslice(42, 0, 100),
 		"suspend":    c.Suspend(42, -1),
 		"resume":     c.Resume(42, -1),
-		"interleave": c.SetInterleave(42, InterleaveLow),
+		"interleave": c.SetInterleave(42, sched.InterleaveLow),
 	} {
 		if !errors.Is(err, ErrUnknownProcess) {
 			t.Errorf("%s: %v, want ErrUnknownProcess", name, err)
@@ -255,7 +256,7 @@ func TestSetInterleaveNeedsNice(t *testing.T) {
 	} {
 		*calls = nil
 		c.caps = func() (caps.Set, error) { return tc.have, nil }
-		err := c.SetInterleave(self, InterleaveHigh)
+		err := c.SetInterleave(self, sched.InterleaveHigh)
 		if tc.ok {
 			if err != nil || len(*calls) != 2 || (*calls)[0].Cmd != uint32(CtrlSetInterleaveLevel) {
 				t.Errorf("%s: %v, %d calls", tc.name, err, len(*calls))
@@ -276,20 +277,20 @@ func TestSetInterleaveNeedsNice(t *testing.T) {
 	}
 	// The registry keeps the level set: it is the only record of it.
 	g, _ := c.reg.Groups(self, 0)
-	if g[0].Interleave != int32(InterleaveHigh) || g[1].Interleave != int32(InterleaveHigh) {
+	if g[0].Interleave != int32(sched.InterleaveHigh) || g[1].Interleave != int32(sched.InterleaveHigh) {
 		t.Errorf("recorded levels: %d, %d", g[0].Interleave, g[1].Interleave)
 	}
 	// The driver refusing anyway (another check, or the firmware).
 	c.caps = func() (caps.Set, error) { return 1 << caps.SysNice, nil }
 	recordCalls(c, func(*NVOS54) Status { return StatusInsufficientPermissions })
-	if err := c.SetInterleave(self, InterleaveLow); !errors.Is(err, ErrInsufficientPermissions) || !strings.Contains(err.Error(), "grants it to a caller with CAP_SYS_NICE or CAP_SYS_ADMIN") {
+	if err := c.SetInterleave(self, sched.InterleaveLow); !errors.Is(err, ErrInsufficientPermissions) || !strings.Contains(err.Error(), "grants it to a caller with CAP_SYS_NICE or CAP_SYS_ADMIN") {
 		t.Errorf("refused: %v", err)
 	}
 	recordCalls(c, func(*NVOS54) Status { return StatusNotSupported })
-	if err := c.SetInterleave(self, InterleaveLow); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "GSP") {
+	if err := c.SetInterleave(self, sched.InterleaveLow); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "GSP") {
 		t.Errorf("GSP refusal: %v", err)
 	}
-	if g, _ := c.reg.Groups(self, 0); g[0].Interleave != int32(InterleaveHigh) {
+	if g, _ := c.reg.Groups(self, 0); g[0].Interleave != int32(sched.InterleaveHigh) {
 		t.Errorf("a refused level was recorded: %d", g[0].Interleave)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpu-arbiter/arbiter/internal/rmstandin"
 	"github.com/gpu-arbiter/arbiter/internal/testenv"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -306,14 +307,14 @@ func validateGPU(t *testing.T, cfg gpuConfig) (string, []string) {
 	}
 	// Interleave levels: the driver cannot read them back (it does not
 	// export GET_INTERLEAVE_LEVEL), so the registry's record is shown.
-	for _, l := range []InterleaveLevel{InterleaveLow, InterleaveHigh, InterleaveMedium} {
+	for _, l := range []sched.Interleave{sched.InterleaveLow, sched.InterleaveHigh, sched.InterleaveMedium} {
 		err := ctrl.SetInterleave(pid, l)
 		for _, g := range groups {
 			recorded := "(none)"
 			if now, _ := reg.Groups(pid, int(g.Instance)); len(now) > 0 {
 				for _, n := range now {
 					if n.Handle == g.Handle && n.Interleave >= 0 {
-						recorded = InterleaveLevel(n.Interleave).String()
+						recorded = sched.Interleave(n.Interleave).String()
 					}
 				}
 			}

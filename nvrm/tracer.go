@@ -18,7 +18,7 @@ import (
 )
 
 // ErrClosed is returned by Read once the Tracer is closed.
-var ErrClosed = os.ErrClosed
+var ErrClosed = fmt.Errorf("nvrm tracer: %w", trace.ErrClosed)
 
 // DefaultPinPath is where a daemon pins the tracer's ring buffer, maps and
 // links so that they outlive it (bpffs must be mounted at /sys/fs/bpf).

@@ -14,7 +14,7 @@
 // against schema/decision.json: one that does not fit, or an evaluation that
 // fails or outlives its deadline, yields the policy's default decision and
 // a [DecisionError] naming the process and the field. [Policy.Victims] is the
-// control loop's entry point. [Decision.Compile] and [NewPlan] turn decisions
+// control loop's entry point. [Decision.Compile] turns decisions
 // into plain Go values.
 //
 // [Watch] keeps a directory's policy in force: it reloads on change, runs

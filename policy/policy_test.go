@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpu-arbiter/arbiter/sched"
 )
 
 // header is a minimal valid policy; tests append rules to it.
@@ -155,9 +157,9 @@ func TestClassifyDecodesEveryField(t *testing.T) {
 	if err != nil || d.Class != "best-effort" {
 		t.Fatalf("undefined: %+v %v", d, err)
 	}
-	pp := want.Compile(7)
-	if pp.Timeslice != 16*time.Millisecond || pp.Interleave != InterleaveHigh || pp.LatencyTarget != 12500*time.Microsecond ||
-		pp.Window != 30*time.Second || pp.Observe != ObserveLaunch|ObserveSync || pp.MaxGPUShare != 0.5 || !pp.HasSLO {
+	pp := want.Compile()
+	if pp.Timeslice != 16*time.Millisecond || pp.Interleave != sched.InterleaveHigh || pp.LatencyTarget != 12500*time.Microsecond ||
+		pp.Window != 30*time.Second || pp.Observe != sched.ObserveLaunch|sched.ObserveSync || pp.MaxGPUShare != 0.5 || !pp.HasSLO {
 		t.Fatalf("plan %+v", pp)
 	}
 }

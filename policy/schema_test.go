@@ -6,6 +6,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/sched"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	opa "github.com/open-policy-agent/opa/v1/rego"
@@ -161,52 +164,23 @@ func FuzzDecisionValidate(f *testing.F) {
 	})
 }
 
-func TestPlan(t *testing.T) {
-	lc := Decision{Class: "lc", Priority: 900, SLO: &SLO{100, 99, 60}, Preemption: Preemption{Mode: ModeTimeslice}, Observe: []string{"launch"}}
-	lc2 := Decision{Class: "lc", Priority: 800, SLO: &SLO{50, 95, 120}, Preemption: Preemption{Mode: ModeTimeslice}, Observe: []string{"sync"}}
+func TestCompile(t *testing.T) {
+	lc := Decision{Class: "lc", Priority: 900, SLO: &SLO{100, 99, 60}, Preemption: Preemption{Mode: ModeTimeslice, TimesliceUS: 16000, Interleave: "high"}, Observe: []string{"launch", "sync"}}
 	be := Decision{Class: "be", Preemption: Preemption{Mode: ModeSuspend, Interleave: "low"}, Quota: &Quota{0.3}}
-	p := NewPlan("r1", []ProcessPlan{lc.Compile(1), be.Compile(2)})
-	p2 := p.With(lc2.Compile(3))
-	if p.Len() != 2 || p2.Len() != 3 {
-		t.Fatalf("len %d %d", p.Len(), p2.Len())
+	gate := Decision{Class: "g", Preemption: Preemption{Mode: ModeGate}}
+	if p := lc.Compile(); p.Level != sched.LevelTimeslice || !p.LatencyCritical || !p.HasSLO || p.LatencyTarget != 100*time.Millisecond ||
+		p.Percentile != 99 || p.Window != time.Minute || p.Timeslice != 16*time.Millisecond || p.Interleave != sched.InterleaveHigh ||
+		p.Observe != sched.ObserveLaunch|sched.ObserveSync || p.MaxGPUShare != 1 || p.Priority != 900 {
+		t.Fatalf("lc %+v", p)
 	}
-	c, ok := p2.Class("lc")
-	if !ok || c.Priority != 900 || c.LatencyTarget != 50e6 || c.Percentile != 99 || c.Window != 120e9 || c.Observe != ObserveLaunch|ObserveSync || c.Conflicts != 1 || len(c.Members) != 2 || c.Members[0] != 1 || c.Members[1] != 3 {
-		t.Fatalf("class lc %+v", c)
+	if p := be.Compile(); p.Level != sched.LevelSuspend || p.Interleave != sched.InterleaveLow || p.MaxGPUShare != 0.3 || p.HasSLO || p.LatencyCritical {
+		t.Fatalf("be %+v", p)
 	}
-	if c, _ := p.Class("lc"); c.Conflicts != 0 || len(c.Members) != 1 {
-		t.Fatalf("With changed the original plan: %+v", c)
+	if p := gate.Compile(); p.Level != sched.LevelGate {
+		t.Fatalf("gate %+v", p)
 	}
-	pp, ok := p2.Process(2)
-	if !ok || pp.Mode != ModeSuspend || pp.Interleave != InterleaveLow || pp.MaxGPUShare != 0.3 || pp.HasSLO {
-		t.Fatalf("process 2 %+v", pp)
-	}
-	if got := p2.Classes(); len(got) != 2 || got[0] != "be" || got[1] != "lc" {
-		t.Fatalf("classes %v", got)
-	}
-	if _, ok := p2.Process(99); ok {
-		t.Fatal("unknown pid planned")
-	}
-	if pp := (Decision{Class: "x"}).Compile(5); pp.Mode != ModeObserve || pp.Interleave != InterleaveMedium || pp.MaxGPUShare != 1 {
-		t.Fatalf("zero decision %+v", pp)
-	}
-}
-
-func TestClassifyAll(t *testing.T) {
-	p, err := Load(context.Background(), writeDir(t, map[string]string{"p.rego": header + `classify := {"class": input.process.comm}` + "\n"}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, errs := p.ClassifyAll(context.Background(), []Input{testInput(1, "lc"), testInput(2, "Bad Name"), testInput(3, "lc")})
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "pid 2") {
-		t.Fatalf("errs %v", errs)
-	}
-	pp, _ := plan.Process(2)
-	if !pp.Fallback || pp.Class != "best-effort" || plan.Revision != p.Revision() {
-		t.Fatalf("%+v", pp)
-	}
-	if c, _ := plan.Class("lc"); len(c.Members) != 2 {
-		t.Fatalf("%+v", c)
+	if p := (Decision{Class: "x"}).Compile(); p.Level != sched.LevelObserve || p.Interleave != sched.InterleaveMedium || p.MaxGPUShare != 1 {
+		t.Fatalf("zero decision %+v", p)
 	}
 }
 

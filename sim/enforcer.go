@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sched"
 )
 
 // lookup finds a process by pid and checks the GPU it is addressed on.
@@ -59,7 +59,7 @@ func (s *Simulator) SetTimeslice(pid uint32, gpu int, us uint64) error {
 }
 
 // SetInterleave sets pid's interleave level and rebuilds its GPU's runlist.
-func (s *Simulator) SetInterleave(pid uint32, level engine.Interleave) error {
+func (s *Simulator) SetInterleave(pid uint32, level sched.Interleave) error {
 	if !level.Valid() {
 		return fmt.Errorf("set interleave of pid %d: invalid level %d", pid, level)
 	}

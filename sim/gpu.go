@@ -3,7 +3,7 @@ package sim
 import (
 	"math"
 
-	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -58,11 +58,11 @@ func newGPU(s *Simulator, idx int) *gpu {
 }
 
 // entries is how many runlist slots an interleave level gets.
-func entries(l engine.Interleave) int {
+func entries(l sched.Interleave) int {
 	switch l {
-	case engine.InterleaveHigh:
+	case sched.InterleaveHigh:
 		return 4
-	case engine.InterleaveMedium:
+	case sched.InterleaveMedium:
 		return 2
 	}
 	return 1

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/sim/hist"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
@@ -143,7 +143,7 @@ type proc struct {
 	gpu        int
 	prog       Program
 	timeslice  uint64
-	interleave engine.Interleave
+	interleave sched.Interleave
 
 	q       []item
 	qh      int

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -71,7 +71,7 @@ func checkInvariants(t *testing.T, seed uint64, ctlSeed uint64) {
 	n := 1 + r.IntN(6)
 	for i := range n {
 		if _, err := s.Add(Process{Name: fmt.Sprint("p", i), Class: Class(r.IntN(2)), GPU: r.IntN(opts.GPUs),
-			Program: &randomProgram{r: rand.New(rand.NewPCG(seed, uint64(i)))}, Interleave: 0}); err != nil {
+			Program: &randomProgram{r: rand.New(rand.NewPCG(seed, uint64(i)))}, Interleave: new(sched.InterleaveLow)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,4 +151,4 @@ func FuzzInvariants(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed, ctl uint64) { checkInvariants(t, seed, ctl) })
 }
 
-func engineLevel(i int) engine.Interleave { return engine.Interleave(i) }
+func engineLevel(i int) sched.Interleave { return sched.Interleave(i) }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -41,9 +41,10 @@ type Process struct {
 	Program Program
 	// Timeslice of its channel group (0: Options.Timeslice).
 	Timeslice time.Duration
-	// Interleave is its channel group's interleave level (the zero value is
-	// engine.InterleaveLow; equal levels share equally).
-	Interleave engine.Interleave
+	// Interleave is its channel group's interleave level at start; nil is
+	// the driver's default for a new group, sched.InterleaveMedium. Equal
+	// levels share equally.
+	Interleave *sched.Interleave
 }
 
 // FirstPID is the pid of the first process added; later ones count up.
@@ -55,7 +56,7 @@ const FirstPID = 1000
 const maxInstantOps = 1 << 20
 
 // ErrClosed is returned by Read after Close.
-var ErrClosed = errors.New("simulator closed")
+var ErrClosed = fmt.Errorf("simulator: %w", trace.ErrClosed)
 
 // Simulator is one simulated node. It is not safe for concurrent use,
 // except Close, which may be called from any goroutine to stop a Run or
@@ -112,8 +113,12 @@ func (s *Simulator) Add(p Process) (uint32, error) {
 	if p.Timeslice < 0 {
 		return 0, fmt.Errorf("add process %q: negative timeslice %v", p.Name, p.Timeslice)
 	}
-	if !p.Interleave.Valid() {
-		return 0, fmt.Errorf("add process %q: invalid interleave level %d", p.Name, p.Interleave)
+	il := sched.InterleaveMedium
+	if p.Interleave != nil {
+		il = *p.Interleave
+	}
+	if !il.Valid() {
+		return 0, fmt.Errorf("add process %q: invalid interleave level %d", p.Name, il)
 	}
 	ts := uint64(p.Timeslice)
 	if ts == 0 {
@@ -121,7 +126,7 @@ func (s *Simulator) Add(p Process) (uint32, error) {
 	}
 	pr := &proc{
 		idx: len(s.procs), pid: FirstPID + uint32(len(s.procs)), name: p.Name, class: p.Class,
-		gpu: p.GPU, prog: p.Program, timeslice: ts, interleave: p.Interleave, copyAt: -1,
+		gpu: p.GPU, prog: p.Program, timeslice: ts, interleave: il, copyAt: -1,
 	}
 	s.procs = append(s.procs, pr)
 	s.gpus[p.GPU].addProc(pr)

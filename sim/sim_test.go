@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -209,10 +209,15 @@ func TestSpatial(t *testing.T) {
 func TestCopiesAndInterleave(t *testing.T) {
 	cp := &script{ops: []Op{{Kind: OpCopy, Bytes: 25_000_000, Dir: trace.CopyHtoD}, {Kind: OpKernel, Dur: 100 * us}, {Kind: OpSync}}}
 	s, pids := mustSim(t, &Options{ContextSwitch: 10 * time.Microsecond},
-		Process{Name: "A", Program: cp, Interleave: engine.InterleaveHigh},
-		Process{Name: "B", Program: kernels(100 * us)})
+		Process{Name: "A", Program: cp, Interleave: new(sched.InterleaveHigh)},
+		Process{Name: "B", Program: kernels(100 * us), Interleave: new(sched.InterleaveLow)})
 	if got := len(s.gpus[0].runlist); got != 5 {
 		t.Errorf("runlist length %d, want 5", got)
+	}
+	// A process nobody set gets the driver's default for a new group.
+	d, _ := mustSim(t, &Options{}, Process{Name: "C", Program: kernels(us)})
+	if got := d.procs[0].interleave; got != sched.InterleaveMedium {
+		t.Errorf("default interleave %v, want medium", got)
 	}
 	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
 		t.Fatal(err)
@@ -241,7 +246,7 @@ func TestSuspendResumeAndGate(t *testing.T) {
 	if err := s.SetReadDeadline(1000 * us); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Read(&ev); !errors.Is(err, engine.ErrDeadline) || s.Now() != 1000*us {
+	if err := s.Read(&ev); !errors.Is(err, trace.ErrDeadline) || s.Now() != 1000*us {
 		t.Fatalf("read: %v at %d", err, s.Now())
 	}
 	if err := s.Suspend(pids[0], 0); err != nil {
@@ -251,7 +256,7 @@ func TestSuspendResumeAndGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = s.SetReadDeadline(2000 * us)
-	if err := s.Read(&ev); !errors.Is(err, engine.ErrDeadline) {
+	if err := s.Read(&ev); !errors.Is(err, trace.ErrDeadline) {
 		t.Fatal(err)
 	}
 	if err := s.Resume(pids[0], 0); err != nil {
@@ -379,7 +384,7 @@ func TestGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = s.SetReadDeadline(1000 * us)
-	if err := s.Read(&ev); !errors.Is(err, engine.ErrDeadline) {
+	if err := s.Read(&ev); !errors.Is(err, trace.ErrDeadline) {
 		t.Fatalf("gated host launched: %+v %v", ev, err)
 	}
 	st := s.Stats().Procs[0]
@@ -493,7 +498,7 @@ func TestSetTimesliceMidSlice(t *testing.T) {
 	var ev trace.Event
 	_ = s.SetReadDeadline(300 * us)
 	for {
-		if err := s.Read(&ev); errors.Is(err, engine.ErrDeadline) {
+		if err := s.Read(&ev); errors.Is(err, trace.ErrDeadline) {
 			break
 		} else if err != nil {
 			t.Fatal(err)

@@ -4,14 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/trace"
-)
-
-// The simulator is the engine's event source, clock and enforcer.
-var (
-	_ engine.DeadlineSource = (*Simulator)(nil)
-	_ engine.Enforcer       = (*Simulator)(nil)
 )
 
 // streamHandle is the CUstream every simulated process uses.
@@ -26,7 +19,7 @@ func (s *Simulator) Start(end uint64) { s.start(end) }
 // Options.Observe) and returns it: exec at time 0 for every process, then
 // launches, copies and synchronizations (reported at their return, with
 // their duration) as a live tracer would see them. It returns io.EOF when
-// the end time is reached, ErrClosed after Close, engine.ErrDeadline when
+// the end time is reached, ErrClosed after Close, trace.ErrDeadline when
 // the read deadline comes first (the clock then reads the deadline), or the
 // model's error.
 func (s *Simulator) Read(ev *trace.Event) error {
@@ -47,7 +40,7 @@ func (s *Simulator) Read(ev *trace.Event) error {
 			if s.now < s.deadline {
 				s.now = min(s.deadline, s.end)
 			}
-			return engine.ErrDeadline
+			return trace.ErrDeadline
 		}
 		if !s.step() {
 			if s.err != nil {

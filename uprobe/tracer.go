@@ -21,7 +21,7 @@ import (
 )
 
 // ErrClosed is returned by Read once the Tracer is closed.
-var ErrClosed = errors.New("uprobe tracer closed")
+var ErrClosed = fmt.Errorf("uprobe tracer: %w", trace.ErrClosed)
 
 // Defaults of Options.
 const (

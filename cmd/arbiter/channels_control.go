@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/nvrm"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -112,7 +113,7 @@ what "channels list" knows.`,
 			if err != nil {
 				return err
 			}
-			level, err := nvrm.ParseInterleaveLevel(args[1])
+			level, err := sched.ParseInterleave(args[1])
 			if err != nil {
 				return err
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/gpu-arbiter/arbiter/internal/rmstandin"
 	"github.com/gpu-arbiter/arbiter/internal/testenv"
 	"github.com/gpu-arbiter/arbiter/nvrm"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -316,15 +317,13 @@ func (s *standinProcess) exit(t *testing.T) {
 	}
 }
 
-// TestChannelControllerAdapter checks the engine's interleave levels are
-// RM's, so the adapter's conversion is exact, and that an unknown process
-// is an error through the adapter too.
-func TestChannelControllerAdapter(t *testing.T) {
-	for _, l := range []engine.Interleave{engine.InterleaveLow, engine.InterleaveMedium, engine.InterleaveHigh} {
-		if l.String() != nvrm.InterleaveLevel(l).String() {
-			t.Errorf("engine %s is nvrm %s", l, nvrm.InterleaveLevel(l))
-		}
-	}
+// The driver's channel control is the engine's ChannelController as it
+// is: both speak the shared vocabulary's interleave levels.
+var _ engine.ChannelController = (*nvrm.Controller)(nil)
+
+// TestChannelControllerUnknownProcess: a process whose handles were never
+// observed is an error at every control, never a guess.
+func TestChannelControllerUnknownProcess(t *testing.T) {
 	reg, err := nvrm.NewRegistry(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -337,10 +336,10 @@ func TestChannelControllerAdapter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newChannelController(c)
+	a := engine.ChannelController(c)
 	for name, err := range map[string]error{
 		"timeslice":  a.SetTimeslice(4242, 0, 100),
-		"interleave": a.SetInterleave(4242, engine.InterleaveLow),
+		"interleave": a.SetInterleave(4242, sched.InterleaveLow),
 		"suspend":    a.Suspend(4242, 0),
 		"resume":     a.Resume(4242, 0),
 	} {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sched"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -141,7 +142,7 @@ func (c *Controller) Run() error {
 			if err := c.handle(&ev); err != nil {
 				return err
 			}
-		case errors.Is(err, engine.ErrDeadline):
+		case errors.Is(err, trace.ErrDeadline):
 			if err := c.expire(c.src.Now()); err != nil {
 				return err
 			}
@@ -214,7 +215,7 @@ func (c *Controller) split(p *state) error {
 	if p.LC {
 		ts = c.opts.LCTimeslice
 		c.st.Interleaves++
-		if err := c.enf.SetInterleave(p.PID, engine.InterleaveHigh); err != nil {
+		if err := c.enf.SetInterleave(p.PID, sched.InterleaveHigh); err != nil {
 			return err
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/sim"
 	"github.com/gpu-arbiter/arbiter/sim/report"
 	"github.com/gpu-arbiter/arbiter/sim/workload"
@@ -154,7 +153,7 @@ func runJob(ctx context.Context, cfg *Config, j *job, draws *workload.Draws, pro
 	var procs []Process
 	for i := range j.ws {
 		w := &j.ws[i]
-		p := sim.Process{Name: w.Name, Class: w.Class, GPU: w.GPU, Program: progs[i], Interleave: engine.InterleaveMedium}
+		p := sim.Process{Name: w.Name, Class: w.Class, GPU: w.GPU, Program: progs[i]}
 		if j.b.timeslice != nil {
 			p.Timeslice = j.b.timeslice(w.Class)
 		}
