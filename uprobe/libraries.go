@@ -101,3 +101,11 @@ func containerRoot(procRoot, path string) string {
 	}
 	return filepath.Join(procRoot, pid, "root")
 }
+
+// DefaultSearchDirs returns the library directories Open and Discover
+// search where Options.SearchDirs is nil, so that a caller can look in the
+// same places under another root (a host's filesystem mounted in a
+// container).
+func DefaultSearchDirs() []string {
+	return append([]string(nil), defaultSearchDirs...)
+}

@@ -1,0 +1,131 @@
+package preflight
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/nvrm"
+)
+
+// TestLevelSupport checks that a failed check refuses exactly the levels
+// that name it, a warning refuses none, and both are listed.
+func TestLevelSupport(t *testing.T) {
+	got := levelSupport([]Check{
+		{Name: "a", Status: OK, NeededBy: allLevels},
+		{Name: "driver", Status: Fail, NeededBy: channelLevels},
+		{Name: "nice", Status: Warn, NeededBy: []Level{Timeslice}},
+		{Name: "kill", Status: Fail, NeededBy: []Level{Gate}},
+		{Name: "nvml", Status: Fail},
+	})
+	want := []LevelSupport{
+		{Level: Observe, Supported: true},
+		{Level: Timeslice, BlockedBy: []string{"driver"}, Warnings: []string{"nice"}},
+		{Level: Suspend, BlockedBy: []string{"driver"}},
+		{Level: Gate, BlockedBy: []string{"kill"}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%+v", got)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Level != w.Level || g.Supported != w.Supported || !slices.Equal(g.BlockedBy, w.BlockedBy) || !slices.Equal(g.Warnings, w.Warnings) {
+			t.Errorf("level %d: %+v, want %+v", i, g, w)
+		}
+	}
+	r := &Report{Levels: got}
+	if !r.Level(Observe).Supported || r.Level(Gate).Supported || r.Level("turbo").Supported {
+		t.Errorf("Level: %+v", r.Levels)
+	}
+}
+
+func TestParseRelease(t *testing.T) {
+	for _, tc := range []struct {
+		rel      string
+		maj, min int
+		ok       bool
+	}{
+		{"6.18.44-fc-v657", 6, 18, true},
+		{"5.15.0-91-generic", 5, 15, true},
+		{"5.4rc1", 5, 4, true},
+		{"4.18.0-513.el8.x86_64", 4, 18, true},
+		{"weird", 0, 0, false},
+		{"x.y", 0, 0, false},
+	} {
+		maj, min, ok := parseRelease(tc.rel)
+		if maj != tc.maj || min != tc.min || ok != tc.ok {
+			t.Errorf("%q: %d.%d %v, want %d.%d %v", tc.rel, maj, min, ok, tc.maj, tc.min, tc.ok)
+		}
+	}
+}
+
+// TestEntryOffset checks the entry point's file offset against the bytes
+// there: the test binary's entry starts with the same bytes in the file
+// as in this process's memory at the entry address.
+func TestEntryOffset(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := entryOffset(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off == 0 || off >= uint64(st.Size()) {
+		t.Errorf("entry offset %#x outside the %d-byte file", off, st.Size())
+	}
+	if _, err := entryOffset(filepath.Join(t.TempDir(), "absent")); err == nil {
+		t.Error("no error for an absent file")
+	}
+}
+
+// TestControlDevicesMissing checks the failure where the control device
+// does not exist, and that GPU nodes are listed in numeric order.
+func TestControlDevicesMissing(t *testing.T) {
+	e := &env{root: t.TempDir()}
+	r := checkControlDevices(e)
+	if r.status != Fail || !strings.HasSuffix(r.detail, "nvidiactl: no such file or directory") || !strings.Contains(r.fix, "mknod -m 666 /dev/nvidiactl c 195 255") {
+		t.Errorf("%+v", r)
+	}
+	if got := gpuNodes(filepath.Join(e.root, "dev")); len(got) != 0 {
+		t.Errorf("gpuNodes of an absent dir: %v", got)
+	}
+}
+
+func TestSameVersion(t *testing.T) {
+	v := nvrm.DriverVersion{Major: 550, Minor: 54, Patch: 15}
+	for lib, want := range map[string]bool{"550.54.15": true, "550.54.14": false, "570.86.15": false, "garbage": false} {
+		if got := sameVersion(lib, v); got != want {
+			t.Errorf("%s: %v, want %v", lib, got, want)
+		}
+	}
+}
+
+func TestGrantFix(t *testing.T) {
+	e := &env{binary: "/usr/bin/arbiter"}
+	want := "run arbiter as root, or grant CAP_KILL and CAP_SYS_PTRACE (setcap cap_kill,cap_sys_ptrace+ep /usr/bin/arbiter; in a pod, securityContext.capabilities.add: [KILL, SYS_PTRACE])"
+	if got := e.grantFix(capKill, caps.SysPtrace); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+// TestRunRejectsBadRoot checks that a root that is not a directory is an
+// error, not a report of a node without a driver.
+func TestRunRejectsBadRoot(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{file, filepath.Join(file, "absent")} {
+		if _, err := Run(&Options{Root: root}); err == nil || !strings.Contains(err.Error(), root) {
+			t.Errorf("root %s: %v", root, err)
+		}
+	}
+}
