@@ -37,7 +37,7 @@ func TestLevelSupport(t *testing.T) {
 		}
 	}
 	r := &Report{Levels: got}
-	if !r.Level(Observe).Supported || r.Level(Gate).Supported || r.Level("turbo").Supported {
+	if !r.Level(Observe).Supported || r.Level(Gate).Supported || r.Level(Level(9)).Supported {
 		t.Errorf("Level: %+v", r.Levels)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/sched"
 )
 
 // Status is a check's outcome.
@@ -23,16 +24,16 @@ const (
 	Fail Status = "FAIL"
 )
 
-// Level is an enforcement level (docs/architecture.md), weakest first.
-type Level string
+// Level is an enforcement level, as the policies and the planner name it.
+type Level = sched.Level
 
-// Enforcement levels. Each builds on Observe: every level needs the CUDA
-// calls captured.
+// The enforcement levels. Each builds on observe: every level needs the
+// CUDA calls captured.
 const (
-	Observe   Level = "observe"
-	Timeslice Level = "timeslice"
-	Suspend   Level = "suspend"
-	Gate      Level = "gate"
+	Observe   = sched.LevelObserve
+	Timeslice = sched.LevelTimeslice
+	Suspend   = sched.LevelSuspend
+	Gate      = sched.LevelGate
 )
 
 // Levels lists the enforcement levels, weakest first.
