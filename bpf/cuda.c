@@ -5,6 +5,9 @@
 // exec/exit raw tracepoints. Every event is one fixed-size struct event in one
 // ring buffer.
 //
+// The launch probes also close the launch gate: a process listed in
+// launch_gate is stopped with SIGSTOP at its next launch.
+//
 // Every uprobe program exists twice (PROGRAMS below): for uprobe_multi
 // links and for single perf-event uprobes on kernels before 6.6.
 //
@@ -180,6 +183,46 @@ struct {
 	__type(value, struct sync_entry);
 } sync_entries SEC(".maps");
 
+// The launch gate (enforcement level "gate"): processes, by tgid, that a
+// launch probe stops with SIGSTOP at their next kernel launch. An entry
+// holds the process's start time, so that a later process reusing the pid
+// is never stopped, and whether a probe has stopped it, so that opening
+// the gate continues only a process the gate itself stopped. Pinned by
+// name (the loader chooses the directory): the entries outlive a killed
+// daemon, and the next one, or `arbiter recover`, finds them.
+struct gate_entry {
+	// The start time of the process (its thread-group leader) in ns after
+	// boot, counted as /proc/PID/stat field 22 counts it (start_boottime)
+	// and truncated to that field's clock ticks.
+	__u64 start;
+	// Set to 1 by the probe that stopped the process.
+	__u32 stopped;
+	__u32 pad;
+};
+
+// Referenced so that the type is in BTF (bpf2go -type gate_entry).
+const struct gate_entry *unused_gate_entry __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct gate_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} launch_gate SEC(".maps");
+
+// Signals the gate sent (index 0) and failed to send (index 1), per CPU.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} gate_signals SEC(".maps");
+
+// Set by the loader: 0 leaves the gate out of the launch probes (the
+// probe-cost benchmark's baseline); the verifier then drops its code.
+const volatile __u8 gate_enabled = 1;
+
 // traced_tgid is traced for a probe that needs no cgroup id of its own:
 // the id is fetched only when the process is not listed by tgid.
 static __always_inline int traced_tgid(__u32 tgid)
@@ -237,6 +280,56 @@ static __always_inline void submit(struct event *e)
 	bpf_ringbuf_submit(e, flags);
 }
 
+// Kernel types read with CO-RE; field offsets are relocated against the
+// running kernel's BTF.
+struct signal_struct {
+	struct {
+		int counter;
+	} live;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int tgid;
+	int exit_code;
+	__u64 start_boottime;
+	struct task_struct *real_parent;
+	struct task_struct *group_leader;
+	struct signal_struct *signal;
+} __attribute__((preserve_access_index));
+
+// Linux's SIGSTOP on every architecture Arbiter builds for.
+#define SIGSTOP 19
+// The length of one clock tick of /proc/PID/stat (USER_HZ is 100).
+#define TICK_NS 10000000ULL
+
+// gate stops the current process if its gate is closed: an entry exists
+// with the process's start time. The entry is marked stopped by an update
+// that fails where the entry is gone, atomic with the delete that opens
+// the gate: a probe racing an opening gate either marks the entry before
+// the delete (the opener then continues the process, once the probes in
+// flight have finished) or stops nothing. bpf_send_signal signals the
+// whole thread group; the calling thread stops before the launch reaches
+// the driver.
+static __always_inline void gate(__u32 tgid)
+{
+	if (!gate_enabled)
+		return;
+	struct gate_entry *g = bpf_map_lookup_elem(&launch_gate, &tgid);
+	if (!g)
+		return;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u64 start = BPF_CORE_READ(task, group_leader, start_boottime);
+	if (start - start % TICK_NS != g->start)
+		return;
+	struct gate_entry stopped = { .start = g->start, .stopped = 1 };
+	if (bpf_map_update_elem(&launch_gate, &tgid, &stopped, BPF_EXIST) != 0)
+		return;
+	__u32 slot = bpf_send_signal(SIGSTOP) == 0 ? 0 : 1;
+	__u64 *n = bpf_map_lookup_elem(&gate_signals, &slot);
+	if (n)
+		*n += 1;
+}
+
 // stack_arg reads the n-th (1-based) argument that the calling convention
 // passes on the stack.
 static __always_inline __u64 stack_arg(struct regs *r, int n)
@@ -261,6 +354,7 @@ static __always_inline __u64 stack_arg(struct regs *r, int n)
 static __always_inline int uprobe_launch_body(struct regs *r)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	gate(pid_tgid >> 32);
 	__u64 cgroup = bpf_get_current_cgroup_id();
 	if (!traced(pid_tgid >> 32, cgroup))
 		return 0;
@@ -297,6 +391,7 @@ struct launch_config {
 static __always_inline int uprobe_launch_ex_body(struct regs *r)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	gate(pid_tgid >> 32);
 	__u64 cgroup = bpf_get_current_cgroup_id();
 	if (!traced(pid_tgid >> 32, cgroup))
 		return 0;
@@ -322,11 +417,13 @@ PROGRAMS("uprobe", uprobe_launch_ex)
 static __always_inline int uprobe_args_body(struct regs *r)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 cookie = bpf_get_attach_cookie(r);
+	if ((__u8)(cookie >> 8) == KIND_LAUNCH)
+		gate(pid_tgid >> 32);
 	__u64 cgroup = bpf_get_current_cgroup_id();
 	if (!traced(pid_tgid >> 32, cgroup))
 		return 0;
 	__u64 time = bpf_ktime_get_ns();
-	__u64 cookie = bpf_get_attach_cookie(r);
 	struct event *e = reserve(pid_tgid, cgroup, (__u8)(cookie >> 8), cookie);
 	if (!e)
 		return 0;
@@ -415,21 +512,6 @@ static __always_inline int uprobe_noop_body(struct regs *r)
 
 PROGRAMS("uprobe", uprobe_noop)
 
-// Minimal kernel types for CO-RE reads; field offsets are relocated against
-// the running kernel's BTF.
-struct signal_struct {
-	struct {
-		int counter;
-	} live;
-} __attribute__((preserve_access_index));
-
-struct task_struct {
-	int tgid;
-	int exit_code;
-	struct task_struct *real_parent;
-	struct signal_struct *signal;
-} __attribute__((preserve_access_index));
-
 // Process exec and exit on raw tracepoints: they attach by name through
 // BPF_RAW_TRACEPOINT_OPEN (kernel 4.17+), so they need neither tracefs nor
 // debugfs mounted, and they skip the trace record a classic tracepoint
@@ -463,6 +545,8 @@ int sched_exit(void *ctx)
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
 	__u32 tgid = pid_tgid >> 32;
+	// Its gate goes with it, traced or not.
+	bpf_map_delete_elem(&launch_gate, &tgid);
 	if (!traced(tgid, cgroup))
 		return 0;
 	// The process is gone: a later one that reuses its pid is not listed.

@@ -27,6 +27,13 @@ type CudaEvent struct {
 	Pad    [6]uint8
 }
 
+type CudaGateEntry struct {
+	_       structs.HostLayout
+	Start   uint64
+	Stopped uint32
+	Pad     uint32
+}
+
 type CudaSyncEntry struct {
 	_      structs.HostLayout
 	Time   uint64
@@ -45,6 +52,8 @@ const (
 	CudaMapEvents               = "events"
 	CudaMapFilterCgroups        = "filter_cgroups"
 	CudaMapFilterTgids          = "filter_tgids"
+	CudaMapGateSignals          = "gate_signals"
+	CudaMapLaunchGate           = "launch_gate"
 	CudaMapSyncEntries          = "sync_entries"
 	CudaProgSchedExec           = "sched_exec"
 	CudaProgSchedExit           = "sched_exit"
@@ -63,7 +72,9 @@ const (
 	CudaProgUretprobeSync       = "uretprobe_sync"
 	CudaProgUretprobeSyncMulti  = "uretprobe_sync_multi"
 	CudaVarFilterMode           = "filter_mode"
+	CudaVarGateEnabled          = "gate_enabled"
 	CudaVarUnusedEvent          = "unused_event"
+	CudaVarUnusedGateEntry      = "unused_gate_entry"
 	CudaVarWakeupBytes          = "wakeup_bytes"
 )
 
@@ -135,6 +146,8 @@ type CudaMapSpecs struct {
 	Events        *ebpf.MapSpec `ebpf:"events"`
 	FilterCgroups *ebpf.MapSpec `ebpf:"filter_cgroups"`
 	FilterTgids   *ebpf.MapSpec `ebpf:"filter_tgids"`
+	GateSignals   *ebpf.MapSpec `ebpf:"gate_signals"`
+	LaunchGate    *ebpf.MapSpec `ebpf:"launch_gate"`
 	SyncEntries   *ebpf.MapSpec `ebpf:"sync_entries"`
 }
 
@@ -142,9 +155,11 @@ type CudaMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CudaVariableSpecs struct {
-	FilterMode  *ebpf.VariableSpec `ebpf:"filter_mode"`
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	FilterMode      *ebpf.VariableSpec `ebpf:"filter_mode"`
+	GateEnabled     *ebpf.VariableSpec `ebpf:"gate_enabled"`
+	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedGateEntry *ebpf.VariableSpec `ebpf:"unused_gate_entry"`
+	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // CudaObjects contains all objects after they have been loaded into the kernel.
@@ -171,6 +186,8 @@ type CudaMaps struct {
 	Events        *ebpf.Map `ebpf:"events"`
 	FilterCgroups *ebpf.Map `ebpf:"filter_cgroups"`
 	FilterTgids   *ebpf.Map `ebpf:"filter_tgids"`
+	GateSignals   *ebpf.Map `ebpf:"gate_signals"`
+	LaunchGate    *ebpf.Map `ebpf:"launch_gate"`
 	SyncEntries   *ebpf.Map `ebpf:"sync_entries"`
 }
 
@@ -180,6 +197,8 @@ func (m *CudaMaps) Close() error {
 		m.Events,
 		m.FilterCgroups,
 		m.FilterTgids,
+		m.GateSignals,
+		m.LaunchGate,
 		m.SyncEntries,
 	)
 }
@@ -188,9 +207,11 @@ func (m *CudaMaps) Close() error {
 //
 // It can be passed to LoadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CudaVariables struct {
-	FilterMode  *ebpf.Variable `ebpf:"filter_mode"`
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	FilterMode      *ebpf.Variable `ebpf:"filter_mode"`
+	GateEnabled     *ebpf.Variable `ebpf:"gate_enabled"`
+	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
+	UnusedGateEntry *ebpf.Variable `ebpf:"unused_gate_entry"`
+	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // CudaPrograms contains all programs after they have been loaded into the kernel.

@@ -24,6 +24,13 @@
 // (Stats.Drops), never waited for: the traced application is not slowed
 // beyond the probe's own cost.
 //
+// The launch probes also hold the launch gate (Gate, from Tracer.Gate): a
+// gated process is stopped with SIGSTOP by its own launch probe at its next
+// kernel launch, and continued when its gate opens, only if the gate
+// stopped it. The gate's map can be pinned (Options.GatePinDir) so that a
+// restarted daemon, or `arbiter recover` (OpenGate), finds the processes a
+// killed one left gated.
+//
 // Decode is pure and needs no privileges; everything else needs CAP_BPF and
 // CAP_PERFMON (or root) and a kernel with BPF cookies (5.15+).
 package uprobe

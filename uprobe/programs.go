@@ -56,8 +56,9 @@ type objects struct {
 
 // load loads the maps, the tracepoint programs and one uprobe program set
 // from spec: the uprobe_multi set where the kernel has it, unless single
-// forces the perf-event set.
-func load(spec *ebpf.CollectionSpec, single bool) (*objects, error) {
+// forces the perf-event set. opts (nil allowed) carries the pin directory
+// of the maps pinned by name.
+func load(spec *ebpf.CollectionSpec, single bool, opts *ebpf.CollectionOptions) (*objects, error) {
 	o := &objects{}
 	multi := !single && features.HaveBPFLinkUprobeMulti() == nil
 	var err error
@@ -67,7 +68,7 @@ func load(spec *ebpf.CollectionSpec, single bool) (*objects, error) {
 			*bpf.CudaMaps
 			*tracepointPrograms
 			*multiPrograms
-		}{&o.maps, &o.tps, &p}, nil)
+		}{&o.maps, &o.tps, &p}, opts)
 		o.progs = programs{p.Launch, p.LaunchEx, p.Args, p.Sync, p.RetSync, p.IFunc, p.Noop, true}
 	} else {
 		var p singlePrograms
@@ -75,7 +76,7 @@ func load(spec *ebpf.CollectionSpec, single bool) (*objects, error) {
 			*bpf.CudaMaps
 			*tracepointPrograms
 			*singlePrograms
-		}{&o.maps, &o.tps, &p}, nil)
+		}{&o.maps, &o.tps, &p}, opts)
 		o.progs = programs{p.Launch, p.LaunchEx, p.Args, p.Sync, p.RetSync, p.IFunc, p.Noop, false}
 	}
 	if err != nil {

@@ -66,12 +66,22 @@ type Options struct {
 	// LdCache is the dynamic linker's cache; default "/etc/ld.so.cache",
 	// "-" skips it.
 	LdCache string
+	// GatePinDir, where set, is a directory on a BPF filesystem where the
+	// launch gate's map is pinned (DefaultGatePinDir is the daemon's), so
+	// that gated processes outlive the Tracer: a Tracer opened later with
+	// the same directory reuses the map and its entries, and `arbiter
+	// recover` releases what a killed daemon left. Empty: the map lives
+	// and dies with the Tracer. Either way Close opens every gate.
+	GatePinDir string
 
 	// mode replaces the programs for the probe-cost benchmarks.
 	mode probeMode
 	// singleProbes forces one perf-event uprobe per site even where
 	// uprobe_multi links exist (tests of the older kernels' path).
 	singleProbes bool
+	// noGate leaves the gate out of the launch probes (the benchmark of
+	// its cost).
+	noGate bool
 }
 
 // withDefaults returns a copy of o (nil allowed) with defaults filled in.
@@ -112,6 +122,9 @@ type Stats struct {
 	DecodeErrors uint64
 	// Libraries are the libcuda files currently attached.
 	Libraries []Library
+	// GateSignals counts the SIGSTOPs the launch gate sent,
+	// GateSignalErrors those it failed to send.
+	GateSignals, GateSignalErrors uint64
 	// ScanError is the last rescan's trouble that did not stop it (an
 	// unreadable ld.so.cache, a failed detach, an extra library path gone),
 	// empty if there was none.
@@ -163,6 +176,7 @@ type Probe struct {
 type Tracer struct {
 	opts   Options
 	objs   *objects
+	gate   *Gate
 	procs  []link.Link // exec/exit tracepoints
 	ring   *ringbuf.Reader
 	q      *queue
@@ -214,10 +228,18 @@ func Open(opts *Options) (*Tracer, error) {
 	if err := spec.Variables[bpf.CudaVarWakeupBytes].Set(wake); err != nil {
 		return nil, fmt.Errorf("set wakeup threshold: %w", err)
 	}
-	t := &Tracer{opts: o, done: make(chan struct{}), libraries: map[fileID]*attachedLibrary{}}
-	if t.objs, err = load(spec, o.singleProbes); err != nil {
+	if err := spec.Variables[bpf.CudaVarGateEnabled].Set(!o.noGate); err != nil {
+		return nil, fmt.Errorf("set gate mode: %w", err)
+	}
+	loadOpts, err := gatePinning(spec, o.GatePinDir)
+	if err != nil {
 		return nil, err
 	}
+	t := &Tracer{opts: o, done: make(chan struct{}), libraries: map[fileID]*attachedLibrary{}}
+	if t.objs, err = load(spec, o.singleProbes, loadOpts); err != nil {
+		return nil, err
+	}
+	t.gate = newGate(t.objs.maps.LaunchGate, t.objs.maps.GateSignals, o.ProcRoot, t.LaunchProbed)
 	fail := func(err error) (*Tracer, error) {
 		return nil, errors.Join(err, t.Close())
 	}
@@ -275,6 +297,7 @@ func (t *Tracer) Stats() Stats {
 		DecodeErrors: t.decodeErrors.Load(),
 		Drops:        t.drops(),
 	}
+	s.GateSignals, s.GateSignalErrors = t.gate.Signals()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.scanErr != nil {
@@ -299,13 +322,16 @@ func (t *Tracer) Rescan() error {
 	return t.rescan()
 }
 
-// Close detaches every probe, stops the reader and the rescan and frees the
-// eBPF objects, in reverse order of Open. It unblocks Read and is
-// idempotent; later calls return the first call's result.
+// Close opens every launch gate (a clean exit leaves no process stopped;
+// an emptied pinned gate is unpinned), detaches every probe, stops the
+// reader and the rescan and frees the eBPF objects, in reverse order of
+// Open. It unblocks Read and is idempotent; later calls return the first
+// call's result.
 func (t *Tracer) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.done)
 		var errs []error
+		errs = append(errs, t.closeGate())
 		// The rescan goroutine must be gone before libraries are detached,
 		// so that it cannot attach new ones behind Close.
 		if t.ring != nil {

@@ -1,0 +1,47 @@
+package bpf
+
+import (
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// TestLaunchProbesGate checks, in both objects, that every program a launch
+// function is attached to consults the launch gate, that the synchronizers'
+// programs do not (they never stop a process), that the exit tracepoint
+// drops a leaving process's entry, and that the gate map is pinned by name.
+func TestLaunchProbesGate(t *testing.T) {
+	for _, obj := range []string{"cuda_x86_bpfel.o", "cuda_arm64_bpfel.o"} {
+		spec, err := ebpf.LoadCollectionSpec(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := spec.Maps[CudaMapLaunchGate]; m == nil || m.Pinning != ebpf.PinByName || m.Type != ebpf.Hash {
+			t.Errorf("%s: launch gate map %+v: want a hash pinned by name", obj, m)
+		}
+		for prog, want := range map[string]bool{
+			CudaProgUprobeLaunch: true, CudaProgUprobeLaunchMulti: true,
+			CudaProgUprobeLaunchEx: true, CudaProgUprobeLaunchExMulti: true,
+			// cuGraphLaunch shares the copies' program; the cookie's kind
+			// selects the gate.
+			CudaProgUprobeArgs: true, CudaProgUprobeArgsMulti: true,
+			CudaProgSchedExit:  true,
+			CudaProgUprobeSync: false, CudaProgUretprobeSync: false,
+			CudaProgSchedExec: false, CudaProgUprobeNoop: false,
+		} {
+			p := spec.Programs[prog]
+			if p == nil {
+				t.Fatalf("%s: no program %s", obj, prog)
+			}
+			got := false
+			for _, ins := range p.Instructions {
+				if ins.Reference() == CudaMapLaunchGate {
+					got = true
+				}
+			}
+			if got != want {
+				t.Errorf("%s: %s uses the launch gate: %v, want %v", obj, prog, got, want)
+			}
+		}
+	}
+}

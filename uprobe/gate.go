@@ -1,0 +1,415 @@
+package uprobe
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpu-arbiter/arbiter/bpf"
+)
+
+// DefaultGatePinDir is the bpffs directory where the daemon pins the launch
+// gate (Options.GatePinDir) and where `arbiter recover` looks for it.
+const DefaultGatePinDir = "/sys/fs/bpf/arbiter"
+
+// GateMapName is the file name of the pinned gate map in its directory.
+const GateMapName = bpf.CudaMapLaunchGate
+
+// ErrNoGate is returned by OpenGate where no gate is pinned: nothing was
+// ever gated there, or the last user cleaned up. It wraps os.ErrNotExist.
+var ErrNoGate = fmt.Errorf("no launch gate pinned: %w", os.ErrNotExist)
+
+// tickNs is the length of one clock tick of /proc/PID/stat's start time
+// (USER_HZ, 100 on every architecture Arbiter runs on); bpf/cuda.c uses
+// the same.
+const tickNs = 10_000_000
+
+// Gate is the launch gate, the enforcement for processes whose GPU
+// channels cannot be controlled: a closed gate stops the process, with
+// SIGSTOP from its own launch probe, at its next kernel launch (in any
+// thread, through any launch function the tracer probes); opening it
+// continues the process if, and only if, the gate stopped it. Work already
+// submitted runs to completion, so this is the weakest preemption.
+//
+// A Gate satisfies the engine's Gater interface. Its methods are safe for
+// concurrent use. Processes are identified as the rest of Arbiter
+// identifies them, by pid and start time: a gate entry left for a process
+// that exited never stops a later process that reuses its pid, and opening
+// it never signals one.
+//
+// The entries live in a BPF map that can be pinned (Options.GatePinDir)
+// so that they outlive the daemon: a restarted daemon finds them (Gated),
+// and `arbiter recover`, run by the service manager after the daemon
+// stopped, releases them (OpenGate, ReleaseAll).
+type Gate struct {
+	entries  *ebpf.Map
+	signals  *ebpf.Map // nil for a gate opened from its pin
+	procRoot string
+	// probed says whether pid's launch probes are attached; nil where no
+	// tracer is behind the gate (OpenGate), which then only releases.
+	probed func(pid uint32) error
+
+	mu      sync.Mutex // serializes Gate, Ungate and ReleaseAll
+	barrier *probeBarrier
+	owned   bool // Close closes entries (OpenGate)
+}
+
+// GatedProcess is one entry of the gate.
+type GatedProcess struct {
+	// PID is the process's thread-group id.
+	PID uint32
+	// Start is its start time in clock ticks after boot, field 22 of
+	// /proc/PID/stat, as the rest of Arbiter keys processes.
+	Start uint64
+	// Stopped is true once a launch probe stopped it.
+	Stopped bool
+}
+
+// Release says what opening one gate did.
+type Release struct {
+	GatedProcess
+	// Continued is true where SIGCONT was sent: the gate had stopped the
+	// process and it still runs as the process that was gated.
+	Continued bool
+	// Gone is true where the process exited or its pid now names another
+	// process: there was nothing to continue.
+	Gone bool
+	// Err is why the process could not be continued.
+	Err error
+}
+
+// newGate returns the gate on a tracer's loaded maps.
+func newGate(entries, signals *ebpf.Map, procRoot string, probed func(uint32) error) *Gate {
+	return &Gate{entries: entries, signals: signals, procRoot: procRoot, probed: probed}
+}
+
+// OpenGate opens the gate pinned in dir (empty: DefaultGatePinDir) without
+// a tracer, for releasing what a daemon left: Gated, Ungate, ReleaseAll
+// and Unpin work, Gate refuses. It returns an error wrapping ErrNoGate
+// where nothing is pinned there. It needs CAP_BPF (or root).
+func OpenGate(dir string) (*Gate, error) {
+	if dir == "" {
+		dir = DefaultGatePinDir
+	}
+	path := filepath.Join(dir, GateMapName)
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", path, ErrNoGate)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the pinned launch gate %s (needs CAP_BPF, or root): %w", path, err)
+	}
+	want := bpfGateEntrySize()
+	if m.Type() != ebpf.Hash || m.KeySize() != 4 || m.ValueSize() != want {
+		m.Close()
+		return nil, fmt.Errorf("open the pinned launch gate %s: a %v map with %d-byte keys and %d-byte values, want a hash of 4-byte keys and %d-byte values (written by another version of Arbiter? remove the pin once no process is stopped)",
+			path, m.Type(), m.KeySize(), m.ValueSize(), want)
+	}
+	return &Gate{entries: m, procRoot: DefaultProcRoot, owned: true}, nil
+}
+
+// Gate closes pid's gate: afterwards pid submits no new kernel: the next
+// launch call in any of its threads stops the whole process until Ungate.
+// The launch probes must be attached in the process (Tracer.LaunchProbed
+// says so); where they are not, Gate returns an error and changes
+// nothing. Gating a gated process is a no-op.
+func (g *Gate) Gate(pid uint32) error {
+	if g.probed == nil {
+		return fmt.Errorf("gate process %d: this gate was opened from its pin without a tracer, so no launch probe would stop the process", pid)
+	}
+	if pid == 0 {
+		return errors.New("gate process 0: want a process id")
+	}
+	start, err := procStart(g.procRoot, pid)
+	if err != nil {
+		return fmt.Errorf("gate process %d: %w", pid, err)
+	}
+	if err := g.probed(pid); err != nil {
+		return fmt.Errorf("gate process %d: %w", pid, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var cur bpf.CudaGateEntry
+	err = g.entries.Lookup(pid, &cur)
+	switch {
+	case err == nil && cur.Start == start*tickNs:
+		return nil // gated already; keep what the probe recorded
+	case err == nil:
+		// An entry of an earlier process with this pid: it stops nothing
+		// (its start time does not match), so replacing it loses nothing.
+	case !errors.Is(err, ebpf.ErrKeyNotExist):
+		return fmt.Errorf("gate process %d: read the gate map: %w", pid, err)
+	}
+	if err := g.entries.Put(pid, bpf.CudaGateEntry{Start: start * tickNs}); err != nil {
+		return fmt.Errorf("gate process %d: %w (the gate holds at most %d processes)", pid, err, g.entries.MaxEntries())
+	}
+	return nil
+}
+
+// Ungate opens pid's gate. The entry is deleted first, so that no probe
+// stops the process again; then, if a probe had stopped it, SIGCONT is
+// sent once every probe in flight has finished, through a pidfd and only
+// to the process that was gated (same start time). A process stopped by
+// anyone else (a job stopped with Ctrl-Z, a debugger) stays stopped.
+// Ungating an open gate, or a process that has exited, is a no-op.
+func (g *Gate) Ungate(pid uint32) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, err := g.open(pid)
+	if err != nil {
+		return err
+	}
+	return r.Err
+}
+
+// Gated lists the processes whose gate is closed, in no particular order.
+func (g *Gate) Gated() ([]GatedProcess, error) {
+	var out []GatedProcess
+	var pid uint32
+	var e bpf.CudaGateEntry
+	it := g.entries.Iterate()
+	for it.Next(&pid, &e) {
+		out = append(out, GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0})
+	}
+	if err := it.Err(); err != nil {
+		return out, fmt.Errorf("list gated processes: %w", err)
+	}
+	return out, nil
+}
+
+// ReleaseAll opens every gate, as Ungate does each, and says what it did
+// for each process. It goes on past failures; the error joins them all.
+func (g *Gate) ReleaseAll() ([]Release, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var pids []uint32
+	var pid uint32
+	var e bpf.CudaGateEntry
+	it := g.entries.Iterate()
+	for it.Next(&pid, &e) {
+		pids = append(pids, pid)
+	}
+	var errs []error
+	if err := it.Err(); err != nil {
+		errs = append(errs, fmt.Errorf("list gated processes: %w", err))
+	}
+	var out []Release
+	for _, pid := range pids {
+		r, err := g.open(pid)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if r.PID == 0 {
+			continue // opened meanwhile (the process exited)
+		}
+		out = append(out, r)
+		if r.Err != nil {
+			errs = append(errs, r.Err)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Signals returns how many SIGSTOPs the launch probes sent and how many
+// they failed to send, over every CPU; zeros for a gate opened from its
+// pin (the counters live with the tracer's programs).
+func (g *Gate) Signals() (sent, failed uint64) {
+	if g.signals == nil {
+		return 0, 0
+	}
+	sum := func(slot uint32) uint64 {
+		var perCPU []uint64
+		if err := g.signals.Lookup(slot, &perCPU); err != nil {
+			return 0
+		}
+		var n uint64
+		for _, v := range perCPU {
+			n += v
+		}
+		return n
+	}
+	return sum(0), sum(1)
+}
+
+// Unpin removes the gate's pin: the map goes once no tracer uses it.
+// Where entries remain, it refuses, so that no stopped process is
+// forgotten: ReleaseAll first.
+func (g *Gate) Unpin() error {
+	left, err := g.Gated()
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("unpin the launch gate: %d processes still gated (release them first)", len(left))
+	}
+	if err := g.entries.Unpin(); err != nil {
+		return fmt.Errorf("unpin the launch gate: %w", err)
+	}
+	return nil
+}
+
+// Close releases a gate opened with OpenGate, and the barrier's maps. It
+// opens no gate: a pinned gate keeps its entries. A tracer's gate is
+// closed with the tracer.
+func (g *Gate) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var errs []error
+	if g.barrier != nil {
+		errs = append(errs, g.barrier.close())
+		g.barrier = nil
+	}
+	if g.owned && g.entries != nil {
+		errs = append(errs, g.entries.Close())
+		g.entries = nil
+	}
+	return errors.Join(errs...)
+}
+
+// open deletes pid's entry and continues the process if the gate stopped
+// it. It returns a zero Release where pid had no entry, and an error only
+// where the entry could not be removed; a failure to continue is the
+// Release's Err.
+func (g *Gate) open(pid uint32) (Release, error) {
+	var e bpf.CudaGateEntry
+	if err := g.entries.LookupAndDelete(pid, &e); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return Release{}, nil
+		}
+		return Release{}, fmt.Errorf("ungate process %d: remove its gate entry: %w", pid, err)
+	}
+	r := Release{GatedProcess: GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0}}
+	if !r.Stopped {
+		return r, nil
+	}
+	// A probe that marked the entry before the delete may not have sent
+	// its SIGSTOP yet: a SIGCONT sent first would be undone by it.
+	if err := g.waitProbes(); err != nil {
+		r.Err = fmt.Errorf("ungate process %d: %w", pid, err)
+		return r, nil
+	}
+	r.Continued, r.Gone, r.Err = continueProcess(g.procRoot, pid, r.Start)
+	return r, nil
+}
+
+// waitProbes returns once every BPF program running when it was called has
+// finished.
+func (g *Gate) waitProbes() error {
+	if g.barrier == nil {
+		b, err := newProbeBarrier()
+		if err != nil {
+			return err
+		}
+		g.barrier = b
+	}
+	return g.barrier.wait()
+}
+
+// continueProcess sends SIGCONT to pid if it still is the process that
+// started at start (clock ticks). A pidfd holds the process while its
+// start time is checked, so a pid reused meanwhile is never signalled.
+func continueProcess(procRoot string, pid uint32, start uint64) (continued, gone bool, err error) {
+	fd, err := unix.PidfdOpen(int(pid), 0)
+	if errors.Is(err, unix.ESRCH) {
+		return false, true, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("continue process %d: pidfd_open (kernel 5.3+): %w", pid, err)
+	}
+	defer unix.Close(fd)
+	now, err := procStart(procRoot, pid)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && now != start) {
+		return false, true, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("continue process %d: %w", pid, err)
+	}
+	err = unix.PidfdSendSignal(fd, unix.SIGCONT, nil, 0)
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return false, true, nil
+	case errors.Is(err, unix.EPERM):
+		return false, false, fmt.Errorf("continue process %d: SIGCONT: %w (needs CAP_KILL, or root)", pid, err)
+	case err != nil:
+		return false, false, fmt.Errorf("continue process %d: SIGCONT: %w", pid, err)
+	}
+	return true, false, nil
+}
+
+// procStart returns field 22 of procRoot/PID/stat, the process's start
+// time in clock ticks after boot; an error wrapping os.ErrNotExist where
+// the process does not exist.
+func procStart(procRoot string, pid uint32) (uint64, error) {
+	path := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "stat")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, unix.ESRCH) {
+		err = os.ErrNotExist // the process exited while being read
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read its start time: %w", err)
+	}
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields after it start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	var f [][]byte
+	if i >= 0 {
+		f = bytes.Fields(b[i+1:])
+	}
+	if len(f) < 20 {
+		return 0, fmt.Errorf("read its start time: %s: too few fields", path)
+	}
+	v, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read its start time: %s: field 22: %w", path, err)
+	}
+	return v, nil
+}
+
+// bpfGateEntrySize is the size of one gate map value.
+func bpfGateEntrySize() uint32 {
+	return uint32(binary.Size(bpf.CudaGateEntry{}))
+}
+
+// probeBarrier waits for the BPF programs in flight. Updating a slot of a
+// map-in-map from user space makes the kernel wait for an RCU grace period
+// (maybe_wait_bpf_programs, kernel 4.15+) so that no program still sees
+// the old inner map; the non-sleepable uprobe programs run inside RCU
+// read-side sections, so when the update returns, every probe that was
+// running when it began has finished, its signal sent.
+type probeBarrier struct {
+	outer, inner *ebpf.Map
+}
+
+func newProbeBarrier() (*probeBarrier, error) {
+	inner := &ebpf.MapSpec{Name: "gate_barrier_in", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+	outer, err := ebpf.NewMap(&ebpf.MapSpec{Name: "gate_barrier", Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 1, InnerMap: inner})
+	if err != nil {
+		return nil, fmt.Errorf("create the probe barrier map (needs CAP_BPF): %w", err)
+	}
+	in, err := ebpf.NewMap(inner)
+	if err != nil {
+		outer.Close()
+		return nil, fmt.Errorf("create the probe barrier map (needs CAP_BPF): %w", err)
+	}
+	return &probeBarrier{outer: outer, inner: in}, nil
+}
+
+func (b *probeBarrier) wait() error {
+	if err := b.outer.Put(uint32(0), b.inner); err != nil {
+		return fmt.Errorf("wait for the launch probes in flight: %w", err)
+	}
+	return nil
+}
+
+func (b *probeBarrier) close() error {
+	return errors.Join(b.outer.Close(), b.inner.Close())
+}
