@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/gpu-arbiter/arbiter/procfs"
 )
 
 // The driver checks, on every call, that the caller may use the RM client
@@ -265,19 +267,6 @@ func (c *Controller) explainInvalidClient(pid uint32, err error) error {
 
 // processEUID returns pid's effective uid, from /proc/PID/status.
 func processEUID(pid uint32) (uint32, error) {
-	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-			f := strings.Fields(rest)
-			if len(f) < 2 {
-				break
-			}
-			v, err := strconv.ParseUint(f[1], 10, 32)
-			return uint32(v), err
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no Uid line", pid)
+	_, euid, err := procfs.At("/proc").UID(int(pid))
+	return euid, err
 }

@@ -1,15 +1,12 @@
 package nvrm
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/gpu-arbiter/arbiter/procfs"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -507,35 +504,12 @@ func (r *Registry) desiredTimeslice(pid uint32, gpu uint32) (uint64, bool) {
 	return us, ok
 }
 
-// procStartTime reads field 22 (starttime) of /proc/PID/stat, 0 if the
-// process does not exist. It reads with plain system calls into a stack
-// buffer: os.ReadFile's poller registration costs more than the read.
+// procStartTime reads pid's start time from /proc/PID/stat (procfs), 0 if
+// the process does not exist.
 func procStartTime(pid uint32) uint64 {
-	fd, err := unix.Open("/proc/"+strconv.FormatUint(uint64(pid), 10)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	start, err := procfs.At("/proc").StartTime(int(pid))
 	if err != nil {
 		return 0
 	}
-	var buf [1024]byte
-	n, err := unix.Read(fd, buf[:])
-	unix.Close(fd)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return parseStartTime(buf[:n])
-}
-
-// parseStartTime returns field 22 of a /proc/PID/stat line, 0 if absent.
-func parseStartTime(b []byte) uint64 {
-	// The command name (field 2) may hold spaces and parentheses: the
-	// fields after it start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(string(f[19]), 10, 64)
-	return v
+	return start
 }

@@ -1,7 +1,6 @@
 package uprobe
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gpu-arbiter/arbiter/procfs"
 )
 
 // defaultSearchDirs are searched for libcuda.so* besides ld.so.cache: where
@@ -109,7 +110,8 @@ func discover(o *Options) (cands []candidate, explicit, other error) {
 // (a driver upgrade replaced it under a running process).
 func mappingCandidate(procRoot string, m mapping) (candidate, bool) {
 	source := "maps of pid " + m.pid
-	paths := []string{m.path, filepath.Join(procRoot, m.pid, "root", m.path)}
+	pid, _ := strconv.Atoi(m.pid)
+	paths := []string{m.path, procfs.At(procRoot).Root(pid, m.path)}
 	if m.deleted {
 		paths = []string{m.mapFile}
 	}
@@ -137,114 +139,67 @@ type mapping struct {
 	deleted           bool
 }
 
+// newMapping is m, a mapping of process pid read from proc.
+func newMapping(proc *procfs.FS, pid int, m procfs.Mapping) mapping {
+	return mapping{pid: strconv.Itoa(pid), path: m.Path, mapFile: proc.MapFile(pid, m), dev: m.Dev, ino: m.Inode,
+		start: m.Start, end: m.End, pgoff: m.Offset, deleted: m.Deleted}
+}
+
 // mappedLibraries scans procRoot/*/maps for libcuda mappings, one per file
 // per process.
 func mappedLibraries(procRoot string) []mapping {
-	ents, err := os.ReadDir(procRoot)
+	proc := procfs.At(procRoot)
+	pids, err := proc.PIDs()
 	if err != nil {
 		return nil
 	}
 	var out []mapping
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		out = append(out, processMappings(procRoot, e.Name())...)
+	for _, pid := range pids {
+		out = append(out, mappingsOf(proc, pid)...)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].path < out[j].path })
 	return out
 }
 
+// processMappings returns the libcuda files process pid maps, one mapping
+// each; none when it is gone.
 func processMappings(procRoot, pid string) []mapping {
-	f, err := os.Open(filepath.Join(procRoot, pid, "maps"))
+	n, err := strconv.Atoi(pid)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	return mappingsOf(procfs.At(procRoot), n)
+}
+
+func mappingsOf(proc *procfs.FS, pid int) []mapping {
 	var out []mapping
 	seen := map[fileID]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		m, ok := parseMapsLine(sc.Text())
-		if !ok || !isLibcuda(m.path) {
-			continue
+	_ = proc.Maps(pid, func(m procfs.Mapping) bool {
+		if id := (fileID{m.Dev, m.Inode}); isLibcuda(m.Path) && !seen[id] {
+			seen[id] = true
+			out = append(out, newMapping(proc, pid, m))
 		}
-		id := fileID{m.dev, m.ino}
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		m.pid = pid
-		m.mapFile = filepath.Join(procRoot, pid, "map_files", m.mapFile)
-		out = append(out, m)
-	}
+		return true
+	})
 	return out
 }
 
 // mappingAt returns the file mapping of process pid that holds address addr.
 func mappingAt(procRoot, pid string, addr uint64) (mapping, bool) {
-	f, err := os.Open(filepath.Join(procRoot, pid, "maps"))
+	n, err := strconv.Atoi(pid)
 	if err != nil {
 		return mapping{}, false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		if m, ok := parseMapsLine(sc.Text()); ok && m.start <= addr && addr < m.end {
-			return m, true
+	proc := procfs.At(procRoot)
+	var found *procfs.Mapping
+	_ = proc.Maps(n, func(m procfs.Mapping) bool {
+		if m.Start <= addr && addr < m.End {
+			found = &m
 		}
+		return found == nil
+	})
+	if found == nil {
+		return mapping{}, false
 	}
-	return mapping{}, false
-}
-
-// parseMapsLine parses one /proc/PID/maps line:
-// "7f..-7f.. r-xp 00000000 fd:01 1234 /usr/lib/libcuda.so.1 (deleted)".
-// mapFile is set to the address range (the map_files entry name).
-func parseMapsLine(line string) (mapping, bool) {
-	var m mapping
-	fields := strings.Fields(line)
-	if len(fields) < 6 {
-		return m, false
-	}
-	i := strings.Index(line, fields[5])
-	if !strings.HasPrefix(fields[5], "/") || i < 0 {
-		return m, false
-	}
-	m.path = line[i:]
-	if p, ok := strings.CutSuffix(m.path, " (deleted)"); ok {
-		m.path, m.deleted = p, true
-	}
-	maj, min, ok := strings.Cut(fields[3], ":")
-	if !ok {
-		return m, false
-	}
-	ma, err1 := strconv.ParseUint(maj, 16, 32)
-	mi, err2 := strconv.ParseUint(min, 16, 32)
-	ino, err3 := strconv.ParseUint(fields[4], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || ino == 0 {
-		return m, false
-	}
-	lo, hi, ok := strings.Cut(fields[0], "-")
-	if !ok {
-		return m, false
-	}
-	start, err1 := strconv.ParseUint(lo, 16, 64)
-	end, err2 := strconv.ParseUint(hi, 16, 64)
-	pgoff, err3 := strconv.ParseUint(fields[2], 16, 64)
-	if err1 != nil || err2 != nil || err3 != nil || end <= start {
-		return m, false
-	}
-	m.dev = mkdev(ma, mi)
-	m.ino = ino
-	m.start, m.end, m.pgoff = start, end, pgoff
-	m.mapFile = fields[0]
-	return m, true
-}
-
-// mkdev encodes a device number as the kernel's stat does (glibc's
-// makedev).
-func mkdev(major, minor uint64) uint64 {
-	return (major&0xfff)<<8 | (major&^0xfff)<<32 | (minor & 0xff) | (minor&^0xff)<<12
+	return newMapping(proc, n, *found), true
 }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/nvrm"
+	"github.com/gpu-arbiter/arbiter/procfs"
 )
 
 // newChannelsListCmd builds `arbiter channels list`.
@@ -214,23 +213,23 @@ func (o *channelsOptions) procRootDir() string {
 // controlHolders returns the processes with a descriptor on the control
 // device, by pid.
 func controlHolders(procRoot string, rdev nvrm.Rdev) []uint32 {
-	ents, err := os.ReadDir(procRoot)
+	proc := procfs.At(procRoot)
+	pids, err := proc.PIDs()
 	if err != nil {
 		return nil
 	}
 	var out []uint32
-	for _, e := range ents {
-		pid, err := strconv.ParseUint(e.Name(), 10, 31)
-		if err != nil || pid == uint64(os.Getpid()) {
+	for _, pid := range pids {
+		if pid == os.Getpid() || pid >= 1<<31 {
 			continue
 		}
-		fds, err := os.ReadDir(filepath.Join(procRoot, e.Name(), "fd"))
+		fds, err := os.ReadDir(proc.Path(pid, "fd"))
 		if err != nil {
 			continue
 		}
 		for _, fd := range fds {
 			var st unix.Stat_t
-			if unix.Stat(filepath.Join(procRoot, e.Name(), "fd", fd.Name()), &st) != nil {
+			if unix.Stat(proc.Path(pid, "fd", fd.Name()), &st) != nil {
 				continue
 			}
 			if st.Mode&unix.S_IFMT == unix.S_IFCHR && nvrm.MkRdev(unix.Major(st.Rdev), unix.Minor(st.Rdev)) == rdev {
@@ -244,9 +243,9 @@ func controlHolders(procRoot string, rdev nvrm.Rdev) []uint32 {
 
 // procComm returns a process's name, "?" if it is gone.
 func procComm(procRoot string, pid uint32) string {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "comm"))
+	comm, err := procfs.At(procRoot).Comm(int(pid))
 	if err != nil {
 		return "?"
 	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(comm)
 }

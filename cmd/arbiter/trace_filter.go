@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/procfs"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -123,12 +124,10 @@ func (f *eventFilter) name(ev *trace.Event) string {
 
 // traceComm returns a lookup of live process names in procRoot/PID/comm.
 func traceComm(procRoot string) func(uint32) string {
+	proc := procfs.At(procRoot)
 	return func(pid uint32) string {
-		b, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "comm"))
-		if err != nil {
-			return ""
-		}
-		return strings.TrimSuffix(string(b), "\n")
+		comm, _ := proc.Comm(int(pid))
+		return comm
 	}
 }
 

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/procfs"
 	"github.com/gpu-arbiter/arbiter/trace"
 	"github.com/gpu-arbiter/arbiter/uprobe"
 )
@@ -89,24 +87,15 @@ func checkLive(o *traceOptions) error {
 // checkPID returns an error unless pid is a running process (a thread
 // group leader: the kernel filter matches thread-group ids).
 func checkPID(procRoot string, pid uint32) error {
-	status, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "status"))
-	if errors.Is(err, fs.ErrNotExist) {
+	st, err := procfs.At(procRoot).Status(int(pid))
+	if errors.Is(err, procfs.ErrGone) {
 		return fmt.Errorf("--pid %d: no such process: give the id of a running process (ps -e lists them), or trace without --pid and filter by --comm", pid)
 	}
 	if err != nil {
 		return fmt.Errorf("--pid %d: %w", pid, err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "Tgid:")
-		if !ok {
-			continue
-		}
-		tgid, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
-		if err == nil && uint32(tgid) != pid {
-			return fmt.Errorf("--pid %d is a thread of process %d: give the process id (--pid %d)", pid, tgid, tgid)
-		}
-		break
+	if st.Tgid != 0 && uint32(st.Tgid) != pid {
+		return fmt.Errorf("--pid %d is a thread of process %d: give the process id (--pid %d)", pid, st.Tgid, st.Tgid)
 	}
 	return nil
 }

@@ -32,6 +32,9 @@ var rules = []rule{
 	{"sim/report", "reports know nothing of the engine", []string{"engine/...", "policy/...", "web/...", "cmd/..."}},
 	{"trace/...", "the event model is a leaf", []string{"engine/...", "policy/...", "web/...", "sim/...", "cmd/...", "uprobe/...", "nvrm/..."}},
 	{"sched", "the shared vocabulary is a leaf", []string{"trace/...", "bpf/...", "uprobe/...", "nvrm/...", "gpu/...", "policy/...", "rego/...", "engine/...", "sim/...", "web/...", "cmd/...", "internal/..."}},
+	{"procfs", "the /proc reader is a leaf that every package may import: the standard library and golang.org/x/sys only",
+		[]string{"trace/...", "bpf/...", "uprobe/...", "nvrm/...", "gpu/...", "policy/...", "rego/...", "engine/...", "sched/...", "sim/...",
+			"web/...", "cmd/...", "config/...", "kube/...", "internal/...", "github.com/...", "go.yaml.in/...", "sigs.k8s.io/...", "k8s.io/..."}},
 	{"policy/...", "policy is plugged into the engine by cmd", []string{"engine/...", "web/...", "sim/...", "cmd/...", "uprobe/...", "nvrm/..."}},
 }
 
@@ -69,9 +72,12 @@ func TestRulesCatch(t *testing.T) {
 		"cmd/arbiter":     {"web", "engine"},
 		"internal/caps":   {"cmd/arbiter"},
 		"uprobe/internal": {"policy/irvm"},
+		"procfs":          {"golang.org/x/sys/unix", "trace", "github.com/cilium/ebpf"},
+		"uprobe":          {"procfs"},
 	})
 	want := []string{"engine imports nvrm", "engine imports github.com/open-policy-agent/opa/v1/rego", "nvrm imports engine",
-		"policy imports web", "internal/caps imports cmd/arbiter", "uprobe/internal imports policy/irvm"}
+		"policy imports web", "internal/caps imports cmd/arbiter", "uprobe/internal imports policy/irvm",
+		"procfs imports trace", "procfs imports github.com/cilium/ebpf"}
 	if len(broken) != len(want) {
 		t.Fatalf("violations:\n%s\nwant %d", strings.Join(broken, "\n"), len(want))
 	}
