@@ -24,6 +24,7 @@ applications or the driver.`,
 		newTraceCmd(),
 		newPolicyCmd(),
 		newChannelsCmd(),
+		newRecoverCmd(),
 		newDoctorCmd(),
 	)
 	return root
