@@ -319,7 +319,7 @@ func TestDoctorFakeTree(t *testing.T) {
 	_, out, _ := doctorRun(t, nil, "--root", root)
 	st, rest := checkLine(t, out, "libcuda")
 	if st != "WARN" || !strings.HasPrefix(rest, "2 found: "+filepath.Join(lib, "libcuda.so.1")+" (550.54.15; directory "+lib+"), "+
-		filepath.Join(compat, "libcuda.so.570.86.15")+" (570.86.15; directory "+compat+"); the loaded driver is 550.54.15") ||
+		filepath.Join(compat, "libcuda.so.570.86.15")+" (570.86.15; directory "+compat+")") || !strings.Contains(rest, "; the loaded driver is 550.54.15, ") ||
 		!strings.Contains(rest, "forward-compatibility package: "+filepath.Join(compat, "libcuda.so.570.86.15")+" | fix: ") {
 		t.Errorf("libcuda: %s %s", st, rest)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/nvrm"
 	"github.com/gpu-arbiter/arbiter/uprobe"
 )
@@ -39,8 +40,13 @@ func checkLibcuda(e *env) result {
 	if err != nil {
 		return result{Warn, "discover libcuda: " + err.Error(), "make the library directories and /proc readable"}
 	}
+	// Reading another user's /proc/PID/maps takes ptrace read access.
+	unseen := ""
+	if !e.holds(caps.SysPtrace) {
+		unseen = " (other users' processes unseen: reading their mappings needs CAP_SYS_PTRACE)"
+	}
 	if len(libs) == 0 {
-		return result{Warn, "no libcuda found in the linker cache, the library directories or any process's mappings: nothing to trace yet (arbiter attaches copies as they appear)",
+		return result{Warn, "no libcuda found in the linker cache, the library directories or any process's mappings" + unseen + ": nothing to trace yet (arbiter attaches copies as they appear)",
 			"install the NVIDIA driver's user-space libraries; in a pod, run with hostPID: true (or mount the host's /proc and pass --root) so that CUDA processes in other containers are seen"}
 	}
 	driver, derr := driverVersion(e)
@@ -54,7 +60,7 @@ func checkLibcuda(e *env) result {
 		}
 		parts = append(parts, fmt.Sprintf("%s (%s; %s)", l.Path, v, l.Source))
 	}
-	detail := fmt.Sprintf("%d found: %s", len(libs), strings.Join(parts, ", "))
+	detail := fmt.Sprintf("%d found: %s%s", len(libs), strings.Join(parts, ", "), unseen)
 	if len(mismatched) > 0 {
 		return result{Warn, fmt.Sprintf("%s; the loaded driver is %s, and CUDA fails to initialize with a libcuda of another version unless it is a forward-compatibility package: %s",
 			detail, driver, strings.Join(mismatched, ", ")),
