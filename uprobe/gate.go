@@ -156,8 +156,8 @@ func (g *Gate) Gate(pid uint32) error {
 
 // Ungate opens pid's gate. The entry is deleted first, so that no probe
 // stops the process again; then, if a probe had stopped it, SIGCONT is
-// sent once every probe in flight has finished, through a pidfd and only
-// to the process that was gated (same start time). A process stopped by
+// sent, once no probe that could still stop it is in flight, through a
+// pidfd and only to the process that was gated (same start time). A process stopped by
 // anyone else (a job stopped with Ctrl-Z, a debugger) stays stopped.
 // Ungating an open gate, or a process that has exited, is a no-op.
 func (g *Gate) Ungate(pid uint32) error {
@@ -292,10 +292,16 @@ func (g *Gate) open(pid uint32) (Release, error) {
 		return r, nil
 	}
 	// A probe that marked the entry before the delete may not have sent
-	// its SIGSTOP yet: a SIGCONT sent first would be undone by it.
-	if err := g.waitProbes(); err != nil {
-		r.Err = fmt.Errorf("ungate process %d: %w", pid, err)
-		return r, nil
+	// its SIGSTOP yet: a SIGCONT sent first would be undone by it. The
+	// probe runs in a thread of the process, so where every thread is
+	// stopped none is in a probe (and none can reach one again before it
+	// is continued, by when the entry is gone); otherwise wait for the
+	// probes in flight, which takes milliseconds.
+	if !threadsStopped(g.procRoot, pid) {
+		if err := g.waitProbes(); err != nil {
+			r.Err = fmt.Errorf("ungate process %d: %w", pid, err)
+			return r, nil
+		}
 	}
 	r.Continued, r.Gone, r.Err = continueProcess(g.procRoot, pid, r.Start)
 	return r, nil
@@ -343,6 +349,24 @@ func continueProcess(procRoot string, pid uint32, start uint64) (continued, gone
 		return false, false, fmt.Errorf("continue process %d: SIGCONT: %w", pid, err)
 	}
 	return true, false, nil
+}
+
+// threadsStopped reports whether every thread of pid is stopped (state T
+// in procRoot/PID/task/TID/stat); false where that cannot be read.
+func threadsStopped(procRoot string, pid uint32) bool {
+	dir := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "task")
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) == 0 {
+		return false
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+		i := bytes.LastIndexByte(b, ')')
+		if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // procStart returns field 22 of procRoot/PID/stat, the process's start

@@ -168,9 +168,12 @@ func TestGateStopsAtLaunch(t *testing.T) {
 		}
 		staysState(t, pid, true, 300*time.Millisecond, "gated")
 		openedAt := monotonic(t)
+		begin := time.Now()
 		if err := g.Ungate(pid); err != nil {
 			t.Fatal(err)
 		}
+		// Most of it is the wait for probes in flight (an RCU grace period).
+		t.Logf("round %d: Ungate of the stopped process took %v", round, time.Since(begin))
 		waitState(t, pid, false, "ungated")
 		log.waitLaunchAfter(t, openedAt, "after Ungate")
 		// The reader polls every 10 ms: by now it has everything made
@@ -377,5 +380,23 @@ func TestGatePinned(t *testing.T) {
 	}
 	if _, err := OpenGate(dir); !errors.Is(err, ErrNoGate) {
 		t.Errorf("OpenGate after the last Close: %v", err)
+	}
+}
+
+// TestProbeBarrier checks that the wait for probes in flight works on this
+// kernel (a map-in-map update) and says how long it takes.
+func TestProbeBarrier(t *testing.T) {
+	testenv.Privileged(t)
+	b, err := newProbeBarrier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	for range 3 {
+		start := time.Now()
+		if err := b.wait(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("waited %v", time.Since(start))
 	}
 }
