@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpu-arbiter/arbiter/policy/input"
 )
 
 // reportLatency times every call and reports p50 and p99 in µs: the
@@ -54,8 +56,8 @@ func benchInput() Input {
 	in.Process.Exe = "/usr/bin/python3.12"
 	in.Process.Cmdline = []string{"python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "llama"}
 	in.Process.UID, in.Process.User = 1001, "alice"
-	in.Process.Cgroup = ParseCgroup("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8c4a7f3e_1b2c_4d5e_8f90_123456789abc.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope")
-	in.Process.Pod = &Pod{UID: in.Process.Cgroup.PodUID, Namespace: "inference", Name: "vllm-0", Labels: map[string]string{"app": "vllm", "team": "team-149", "arbiter.io/class": "latency-critical"}}
+	in.Process.Cgroup = input.ParseCgroup("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8c4a7f3e_1b2c_4d5e_8f90_123456789abc.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope")
+	in.Process.Pod = &input.Pod{UID: in.Process.Cgroup.PodUID, Namespace: "inference", Name: "vllm-0", Labels: map[string]string{"app": "vllm", "team": "team-149", "arbiter.io/class": "latency-critical"}}
 	in.Process.Env = map[string]string{"ARBITER_SLO_MS": "50"}
 	in.Process.GPUs = []int{0, 1}
 	for i := range 8 {

@@ -6,11 +6,13 @@
 // classify and default_decision (and optionally victims), Rego tests, and
 // optional data.json/data.yaml files. [Load] reads and compiles it strictly,
 // with every input reference checked against the published input schema
-// (schema/input.json) and every literal decision against the decision
-// schema; errors carry file, row, column and OPA's error code ([Error]).
+// (policy/schema, input.json) and every literal decision against the
+// decision schema; errors carry file, row, column and OPA's error code
+// ([Error]).
 //
 // [Policy.Classify] decides one process's class and preemption; the input
-// comes from [ProcessFromProc] and the node's GPUs. Every decision is checked
+// is the process as policy/input reads it from /proc, and the node's GPUs.
+// Every decision is checked
 // against schema/decision.json: one that does not fit, or an evaluation that
 // fails or outlives its deadline, yields the policy's default decision and
 // a [DecisionError] naming the process and the field. [Policy.Victims] is the

@@ -11,6 +11,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/gpu-arbiter/arbiter/policy/schema"
 )
 
 // MaxInputDepth bounds the nesting of an input document given to Eval.
@@ -48,12 +50,12 @@ func DecodeInput(r io.Reader) (any, error) {
 		}
 		return nil, fmt.Errorf("input: %w", err)
 	}
-	s, err := loadSchemas()
+	s, err := schema.Load()
 	if err != nil {
 		return nil, err
 	}
-	if all := s.input.validateAll(v); len(all) > 0 {
-		e := &InputError{Fields: make([]FieldError, len(all))}
+	if all := s.Input.ValidateAll(v); len(all) > 0 {
+		e := &InputError{Fields: make([]schema.FieldError, len(all))}
 		for i, fe := range all {
 			e.Fields[i] = *fe
 		}
@@ -66,7 +68,7 @@ func DecodeInput(r io.Reader) (any, error) {
 // with every violation: a document written by hand is fixed faster when
 // all its mistakes are shown at once.
 type InputError struct {
-	Fields []FieldError
+	Fields []schema.FieldError
 }
 
 // maxInputErrors bounds the violations an InputError spells out.
@@ -157,7 +159,7 @@ func (p *Policy) Eval(ctx context.Context, input any, trace bool) (*EvalResult, 
 		v, defined, err := p.eval(ctx, EntryClassify, val, qt)
 		res.Defined, res.Value = defined, jsonValue(v)
 		proc, _ := m["process"].(map[string]any)
-		pid, _ := number(proc["pid"])
+		pid, _ := schema.JSONDoc{}.Num(proc["pid"])
 		comm, _ := proc["comm"].(string)
 		d, err := p.decide(v, defined, err, int(pid), comm)
 		if err != nil {
@@ -190,7 +192,7 @@ func knownPIDs(input map[string]any) func(int) bool {
 	procs, _ := st["processes"].([]any)
 	for _, p := range procs {
 		pm, _ := p.(map[string]any)
-		if f, ok := number(pm["pid"]); ok {
+		if f, ok := (schema.JSONDoc{}).Num(pm["pid"]); ok {
 			pids[int(f)] = true
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/gpu-arbiter/arbiter/policy/input"
 )
 
 // TestHostileInput feeds the loader and the evaluator what an attacker, a
@@ -79,14 +81,14 @@ func TestHostileProcessInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := testInput(1, "py\uFFFD\uFFFDthon")
-	in.Process.Cmdline = []string{clean("/usr/bin/\xff\xfepython"), strings.Repeat("A", 1<<20)}
-	in.Process.Env = map[string]string{"ARBITER_CLASS": clean("latency-critical\xff")}
+	in.Process.Cmdline = []string{strings.ToValidUTF8("/usr/bin/\xff\xfepython", "\uFFFD"), strings.Repeat("A", 1<<20)}
+	in.Process.Env = map[string]string{"ARBITER_CLASS": strings.ToValidUTF8("latency-critical\xff", "\uFFFD")}
 	labels := map[string]string{}
 	for i := range 10000 {
 		labels[fmt.Sprintf("k%d", i)] = strings.Repeat("v", 100)
 	}
 	labels["arbiter.io/class"] = "latency-critical"
-	in.Process.Pod = &Pod{UID: "u", Labels: labels}
+	in.Process.Pod = &input.Pod{UID: "u", Labels: labels}
 	d, err := p.Classify(context.Background(), in)
 	if err != nil || d.Class != "latency-critical" || d.Reason != "pod label arbiter.io/class" {
 		t.Fatalf("%+v %v", d, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-arbiter/arbiter/policy/schema"
 	"github.com/gpu-arbiter/arbiter/rego"
 )
 
@@ -341,7 +342,7 @@ func mergeData(dst map[string]any, p string, b []byte) error {
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return fmt.Errorf("the top level must be an object, got %s", typeName(jsonDoc{}, v, jsonDoc{}.kind(v)))
+		return fmt.Errorf("the top level must be an object, got %s", schema.TypeName(v))
 	}
 	node := dst
 	if dir := path.Dir(p); dir != "." {

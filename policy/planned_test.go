@@ -16,6 +16,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gpu-arbiter/arbiter/policy/input"
 	"github.com/gpu-arbiter/arbiter/policy/irvm"
 	"github.com/gpu-arbiter/arbiter/rego"
 )
@@ -37,7 +38,7 @@ func corpus(n int) []Input {
 		in.Process.Cmdline = []string{in.Process.Comm, pick("--serve", "\xc3\x28", "")}
 		in.Process.UID = []int{0, 1000, 1001, 2001, 4242}[r.IntN(5)]
 		in.Process.User = pick("alice", "bob", "carol", "dave", "user-3", "")
-		in.Process.Cgroup = ParseCgroup(pick(
+		in.Process.Cgroup = input.ParseCgroup(pick(
 			"/user.slice/user-1000.slice/session-1.scope",
 			"/inference.slice/vllm.service",
 			"/latency-critical/triton",
@@ -45,7 +46,7 @@ func corpus(n int) []Input {
 			"/system.slice/arbiter-lc-web.service",
 			"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod8c4a7f3e_1b2c_4d5e_8f90_123456789abc.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope"))
 		if r.IntN(3) > 0 {
-			in.Process.Pod = &Pod{UID: "u", Namespace: pick("inference", "search-serving", "research", "default", "ns-3"), Name: "p", Labels: map[string]string{}}
+			in.Process.Pod = &input.Pod{UID: "u", Namespace: pick("inference", "search-serving", "research", "default", "ns-3"), Name: "p", Labels: map[string]string{}}
 			if c := pick("latency-critical", "best-effort", "gold", "", "-"); c != "-" {
 				in.Process.Pod.Labels["arbiter.io/class"] = c
 			}

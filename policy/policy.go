@@ -18,6 +18,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 
 	"github.com/gpu-arbiter/arbiter/policy/irvm"
+	"github.com/gpu-arbiter/arbiter/policy/schema"
 )
 
 // Entry points a policy defines in package arbiter.
@@ -86,7 +87,7 @@ func (o *Options) withDefaults() Options {
 type Policy struct {
 	src      *Source
 	opts     Options
-	schemas  *schemas
+	schemas  *schema.Set
 	compiler *ast.Compiler
 	store    storage.Store
 	classify opa.PreparedEvalQuery
@@ -148,7 +149,7 @@ func LoadFS(ctx context.Context, fsys fs.FS, name string, opts *Options) (*Polic
 // a default decision that evaluates and fits.
 func New(ctx context.Context, src *Source, opts *Options) (*Policy, error) {
 	o := opts.withDefaults()
-	sch, err := loadSchemas()
+	sch, err := schema.Load()
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +211,7 @@ func newCompiler() (*ast.Compiler, error) {
 		}
 	}
 	caps.Builtins = kept
-	b, err := SchemaJSON(SchemaInput)
+	b, err := schema.JSON(schema.Input)
 	if err != nil {
 		return nil, err
 	}
@@ -274,10 +275,10 @@ func (p *Policy) loadDefault(ctx context.Context) error {
 		return diag("data.arbiter.default_decision is undefined without input: it must be a constant decision")
 	}
 	v := rs[0].Expressions[0].Value
-	if fe := p.schemas.decision.validate(v); fe != nil {
+	if fe := p.schemas.Decision.Validate(v); fe != nil {
 		return diag("data.arbiter.default_decision: " + fe.Error())
 	}
-	p.def = decodeDecision(jsonDoc{}, v)
+	p.def = decodeDecision(schema.JSONDoc{}, v)
 	return nil
 }
 
@@ -337,10 +338,10 @@ func (p *Policy) decide(v ast.Value, defined bool, err error, pid int, comm stri
 	if d, ok := p.decided.get(v); ok {
 		return d, nil
 	}
-	if fe := p.schemas.decision.validateAST(p.schemas.ast, v); fe != nil {
+	if fe := p.schemas.Decision.ValidateAST(p.schemas.AST, v); fe != nil {
 		return fail(fe.Field, errors.New(fe.Message))
 	}
-	d := decodeDecision(p.schemas.ast, v)
+	d := decodeDecision(p.schemas.AST, v)
 	p.decided.put(v, d)
 	return d, nil
 }
@@ -377,10 +378,10 @@ func (p *Policy) decideVictims(v ast.Value, defined bool, err error, known func(
 	if !defined {
 		return VictimDecision{}, nil
 	}
-	if fe := p.schemas.victims.validateAST(p.schemas.ast, v); fe != nil {
+	if fe := p.schemas.Victims.ValidateAST(p.schemas.AST, v); fe != nil {
 		return fail(fe.Field, errors.New(fe.Message))
 	}
-	d := decodeVictims(p.schemas.ast, v)
+	d := decodeVictims(p.schemas.AST, v)
 	if known != nil {
 		for i, s := range d.Suspend {
 			if !known(s.PID) {

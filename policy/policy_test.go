@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-arbiter/arbiter/policy/input"
 	"github.com/gpu-arbiter/arbiter/sched"
 )
 
@@ -40,7 +41,7 @@ func writeDir(t testing.TB, files map[string]string) string {
 
 func testInput(pid int, comm string) Input {
 	return Input{
-		Process: Process{PID: pid, Comm: comm, Env: map[string]string{}},
+		Process: input.Process{PID: pid, Comm: comm, Env: map[string]string{}},
 		Node:    Node{Hostname: "n1", Time: time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)},
 	}
 }

@@ -1,109 +1,27 @@
 package policy
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpu-arbiter/arbiter/policy/input"
+	"github.com/gpu-arbiter/arbiter/policy/schema"
 	"github.com/gpu-arbiter/arbiter/sched"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	opa "github.com/open-policy-agent/opa/v1/rego"
 )
 
-// decisionCases are decisions near every boundary of schema/decision.json.
-var decisionCases = []string{
-	`{"class": "lc"}`,
-	`{"class": "a-b-c", "priority": 0}`,
-	`{"class": "-lc"}`,
-	`{"class": ""}`,
-	`{"class": "LC"}`,
-	`{"class": "lc", "priority": 1000}`,
-	`{"class": "lc", "priority": 1001}`,
-	`{"class": "lc", "priority": 1.5}`,
-	`{"class": "lc", "priority": -1}`,
-	`{"class": "lc", "slo": {"latency_target_ms": 0, "percentile": 99, "window_s": 60}}`,
-	`{"class": "lc", "slo": {"latency_target_ms": 0.001, "percentile": 100, "window_s": 60}}`,
-	`{"class": "lc", "slo": {"latency_target_ms": 1, "percentile": 100.1, "window_s": 60}}`,
-	`{"class": "lc", "slo": {"latency_target_ms": 1, "percentile": 99}}`,
-	`{"class": "lc", "preemption": {"mode": "gate"}}`,
-	`{"class": "lc", "preemption": {"mode": "pause"}}`,
-	`{"class": "lc", "preemption": {"timeslice_us": 5}}`,
-	`{"class": "lc", "preemption": {"mode": "suspend", "timeslice_us": 0}}`,
-	`{"class": "lc", "preemption": {"mode": "suspend", "timeslice_us": 1000000, "interleave": "low", "pre_preemption_hint": false}}`,
-	`{"class": "lc", "preemption": {"mode": "suspend", "interleave": "max"}}`,
-	`{"class": "lc", "preemption": {"mode": "suspend", "pre_preemption_hint": "yes"}}`,
-	`{"class": "lc", "quota": {"max_gpu_share": 0}}`,
-	`{"class": "lc", "quota": {"max_gpu_share": 1.01}}`,
-	`{"class": "lc", "quota": {}}`,
-	`{"class": "lc", "observe": ["launch", "copy", "sync", "rm"]}`,
-	`{"class": "lc", "observe": ["launch", "launch"]}`,
-	`{"class": "lc", "observe": ["exec"]}`,
-	`{"class": "lc", "observe": "launch"}`,
-	`{"class": "lc", "reason": "` + strings.Repeat("x", 1024) + `"}`,
-	`{"class": "lc", "reason": "` + strings.Repeat("x", 1025) + `"}`,
-	`{"class": "lc", "extra": 1}`,
-	`{"priority": 1}`,
-	`[]`,
-	`"lc"`,
-	`null`,
-}
-
-// TestValidatorAgreesWithJSONSchema checks the fast Go validator against
-// OPA's JSON Schema implementation (json.match_schema) on the published
-// schema, so the two can never drift apart.
-func TestValidatorAgreesWithJSONSchema(t *testing.T) {
-	sch, err := loadSchemas()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := SchemaJSON(SchemaDecision)
-	var schemaDoc any
-	if err := json.Unmarshal(raw, &schemaDoc); err != nil {
-		t.Fatal(err)
-	}
-	q, err := opa.New(opa.Query("[ok, _] := json.match_schema(input.doc, input.schema)")).PrepareForEval(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range decisionCases {
-		dec := json.NewDecoder(strings.NewReader(c))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			t.Fatal(err)
-		}
-		if _, isString := v.(string); isString || v == nil {
-			// match_schema reads a string document as JSON text, and has no
-			// answer for null.
-			if sch.decision.validate(v) == nil {
-				t.Errorf("%s accepted", c)
-			}
-			continue
-		}
-		rs, err := q.Eval(context.Background(), opa.EvalInput(map[string]any{"doc": v, "schema": schemaDoc}))
-		if err != nil || len(rs) != 1 {
-			t.Fatalf("%s: %v %v", c, rs, err)
-		}
-		want := rs[0].Bindings["ok"].(bool)
-		fe := sch.decision.validate(v)
-		if (fe == nil) != want {
-			t.Errorf("%.80s: Go validator says %v, JSON Schema says valid=%v", c, fe, want)
-		}
-	}
-}
-
-func TestSchemasCompileAndDescribeInput(t *testing.T) {
-	sch, err := loadSchemas()
+func TestInputFitsSchema(t *testing.T) {
+	sch, err := schema.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A real input, as the evaluator builds it, fits the published schema.
 	in := testInput(1, "x")
-	in.Process.Pod = &Pod{UID: "u", Labels: map[string]string{"a": "b"}}
+	in.Process.Pod = &input.Pod{UID: "u", Labels: map[string]string{"a": "b"}}
 	in.Node.GPUs = []GPU{{Index: 0, UUID: "GPU-0", MemoryBytes: 80 << 30, NUMANode: 0, NVLinkPeers: []int{1}}}
 	for name, v := range map[string]ast.Value{"classify": in.value(nil), "victims": State{Node: in.Node, Processes: []ProcessState{{PID: 1, Class: "lc", Mode: ModeSuspend, GPUShare: 0.5}},
 		Requests: []Request{{PID: 1, GPU: 0, AgeUS: 10}}, SLO: map[string]SLOState{"lc": {Attainment: 0.9, Target: 0.99}}, Demands: []Demand{{PID: 1, GPUsNeeded: 2, NVLink: true}}}.value(nil)} {
@@ -116,15 +34,9 @@ func TestSchemasCompileAndDescribeInput(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s input does not fit its schema: %v\n%s", name, err, b)
 		}
-		if fe := sch.input.validate(doc); fe != nil {
+		if fe := sch.Input.Validate(doc); fe != nil {
 			t.Fatal(fe)
 		}
-	}
-	if _, err := compileSchema([]byte(`{"type": "object", "oneOf": []}`)); err == nil || !strings.Contains(err.Error(), `unsupported JSON Schema keyword "oneOf"`) {
-		t.Fatalf("unsupported keyword: %v", err)
-	}
-	if _, err := SchemaJSON("nope"); err == nil {
-		t.Fatal("unknown schema name accepted")
 	}
 }
 
@@ -140,11 +52,14 @@ func FuzzDecodeInput(f *testing.F) {
 	})
 }
 
+// FuzzDecisionValidate decodes every decision the schema accepts.
 func FuzzDecisionValidate(f *testing.F) {
-	for _, c := range decisionCases {
+	for _, c := range []string{`{"class": "lc"}`, `{"class": "lc", "priority": 1000, "slo": {"latency_target_ms": 0.001, "percentile": 100, "window_s": 60}}`,
+		`{"class": "lc", "preemption": {"mode": "suspend", "timeslice_us": 1000000, "interleave": "low", "pre_preemption_hint": false}}`,
+		`{"class": "lc", "quota": {"max_gpu_share": 1}, "observe": ["launch", "copy", "sync", "rm"], "reason": "r"}`, `{"priority": 1}`, `[]`} {
 		f.Add([]byte(c))
 	}
-	sch, err := loadSchemas()
+	sch, err := schema.Load()
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -155,8 +70,8 @@ func FuzzDecisionValidate(f *testing.F) {
 		if dec.Decode(&v) != nil {
 			return
 		}
-		if sch.decision.validate(v) == nil {
-			d := decodeDecision(jsonDoc{}, v) // must not panic on anything accepted
+		if sch.Decision.Validate(v) == nil {
+			d := decodeDecision(schema.JSONDoc{}, v) // must not panic on anything accepted
 			if d.Class == "" {
 				t.Fatalf("accepted %s with no class", b)
 			}

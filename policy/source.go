@@ -2,6 +2,8 @@ package policy
 
 import (
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/gpu-arbiter/arbiter/policy/input"
 )
 
 // inputSource serves a classification input path by path to a compiled
@@ -29,7 +31,7 @@ func (s *inputSource) at(path []string, build bool) *ast.Term {
 	case "node":
 		return s.in.Node.at(path[1:], s.gpus, build)
 	case "process":
-		return s.in.Process.at(path[1:], build)
+		return processAt(s.in.Process, path[1:], build)
 	}
 	return nil
 }
@@ -72,9 +74,9 @@ func (n Node) at(path []string, gpus ast.Value, build bool) *ast.Term {
 	return nil
 }
 
-func (p Process) at(path []string, build bool) *ast.Term {
+func processAt(p input.Process, path []string, build bool) *ast.Term {
 	if len(path) == 0 {
-		return built(build, p.value)
+		return built(build, func() ast.Value { return processValue(p) })
 	}
 	switch path[0] {
 	case "pid":
@@ -96,19 +98,19 @@ func (p Process) at(path []string, build bool) *ast.Term {
 	case "env":
 		return mapAt(p.Env, path[1:], build)
 	case "cgroup":
-		return p.Cgroup.at(path[1:], build)
+		return cgroupAt(p.Cgroup, path[1:], build)
 	case "pod":
 		if p.Pod == nil {
 			return nil
 		}
-		return p.Pod.at(path[1:], build)
+		return podAt(*p.Pod, path[1:], build)
 	}
 	return nil
 }
 
-func (c Cgroup) at(path []string, build bool) *ast.Term {
+func cgroupAt(c input.Cgroup, path []string, build bool) *ast.Term {
 	if len(path) == 0 {
-		return built(build, c.value)
+		return built(build, func() ast.Value { return cgroupValue(c) })
 	}
 	for _, f := range cgroupFields {
 		if f.key == path[0] {
@@ -118,9 +120,9 @@ func (c Cgroup) at(path []string, build bool) *ast.Term {
 	return nil
 }
 
-func (pod Pod) at(path []string, build bool) *ast.Term {
+func podAt(pod input.Pod, path []string, build bool) *ast.Term {
 	if len(path) == 0 {
-		return built(build, pod.value)
+		return built(build, func() ast.Value { return podValue(pod) })
 	}
 	switch path[0] {
 	case "uid":

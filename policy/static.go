@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/gpu-arbiter/arbiter/policy/schema"
 )
 
 // checkEntrypoints reports missing entry points and literal decisions that
@@ -22,8 +24,8 @@ func (p *Policy) checkEntrypoints() []Diagnostic {
 	}
 	for _, x := range []struct {
 		entry  string
-		schema *schemaNode
-	}{{EntryClassify, p.schemas.decision}, {EntryDefault, p.schemas.decision}, {EntryVictims, p.schemas.victims}} {
+		schema *schema.Schema
+	}{{EntryClassify, p.schemas.Decision}, {EntryDefault, p.schemas.Decision}, {EntryVictims, p.schemas.Victims}} {
 		ref := entryRef(x.entry)
 		var rules []*ast.Rule
 		for _, r := range p.compiler.GetRules(ref) {
@@ -41,7 +43,7 @@ func (p *Policy) checkEntrypoints() []Diagnostic {
 			}
 			locs := map[string]*ast.Location{}
 			v := staticValue(r.Head.Value, "", locs)
-			if fe := x.schema.validate(v); fe != nil {
+			if fe := x.schema.Validate(v); fe != nil {
 				loc := r.Head.Value.Location
 				for f := fe.Field; ; {
 					if l, ok := locs[f]; ok && l != nil {
@@ -57,7 +59,7 @@ func (p *Policy) checkEntrypoints() []Diagnostic {
 				if loc == nil {
 					loc = r.Location
 				}
-				diags = append(diags, locDiag(loc, fmt.Sprintf("data.arbiter.%s does not fit the %s schema: %s", x.entry, x.schema.title(x.entry), fe.Error())))
+				diags = append(diags, locDiag(loc, fmt.Sprintf("data.arbiter.%s does not fit the %s schema: %s", x.entry, schemaTitle(x.entry), fe.Error())))
 			}
 		}
 	}
@@ -72,7 +74,8 @@ func locDiag(loc *ast.Location, msg string) Diagnostic {
 	return d
 }
 
-func (n *schemaNode) title(entry string) string {
+// schemaTitle names the schema an entry point's value must fit.
+func schemaTitle(entry string) string {
 	if entry == EntryVictims {
 		return "victims"
 	}
@@ -80,7 +83,7 @@ func (n *schemaNode) title(entry string) string {
 }
 
 // staticValue turns the known parts of a rule's head into a JSON-like value;
-// variables, references, calls and comprehensions become unknownValue.
+// variables, references, calls and comprehensions become schema.Unknown.
 func staticValue(t *ast.Term, at string, locs map[string]*ast.Location) any {
 	locs[at] = t.Location
 	switch v := t.Value.(type) {
@@ -107,12 +110,12 @@ func staticValue(t *ast.Term, at string, locs map[string]*ast.Location) any {
 				known = false
 				return
 			}
-			out[string(ks)] = staticValue(val, join(at, string(ks)), locs)
+			out[string(ks)] = staticValue(val, schema.JoinField(at, string(ks)), locs)
 		})
 		if !known {
-			return unknownValue{}
+			return schema.Unknown{}
 		}
 		return out
 	}
-	return unknownValue{}
+	return schema.Unknown{}
 }

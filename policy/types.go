@@ -4,49 +4,17 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/gpu-arbiter/arbiter/policy/input"
+	"github.com/gpu-arbiter/arbiter/policy/schema"
 )
 
 // Input is what data.arbiter.classify sees: one CUDA process and its node.
-// Its JSON form is schema/input.json.
+// Its JSON form is schema/input.json. input.ReadProcess builds the
+// process from /proc.
 type Input struct {
-	Process Process `json:"process"`
-	Node    Node    `json:"node"`
-}
-
-// Process describes one CUDA process. [ProcessFromProc] fills it from /proc;
-// Pod namespace, name and labels come from the caller (see [ProcOptions]).
-type Process struct {
-	PID     int               `json:"pid"`
-	PPID    int               `json:"ppid,omitempty"`
-	Comm    string            `json:"comm"`
-	Exe     string            `json:"exe,omitempty"`
-	Cmdline []string          `json:"cmdline,omitempty"`
-	UID     int               `json:"uid"`
-	User    string            `json:"user,omitempty"`
-	Cgroup  Cgroup            `json:"cgroup"`
-	Pod     *Pod              `json:"pod,omitempty"`
-	Env     map[string]string `json:"env,omitempty"`
-	GPUs    []int             `json:"gpus,omitempty"`
-}
-
-// Cgroup is what a process's cgroup path says about where it runs.
-type Cgroup struct {
-	Path        string `json:"path,omitempty"`
-	Slice       string `json:"slice,omitempty"`
-	Unit        string `json:"unit,omitempty"`
-	ContainerID string `json:"container_id,omitempty"`
-	Runtime     string `json:"runtime,omitempty"`
-	PodUID      string `json:"pod_uid,omitempty"`
-	QoS         string `json:"qos,omitempty"`
-}
-
-// Pod is the Kubernetes pod a process runs in. UID comes from the cgroup
-// path; the rest only when the caller resolved the UID.
-type Pod struct {
-	UID       string            `json:"uid"`
-	Namespace string            `json:"namespace,omitempty"`
-	Name      string            `json:"name,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
+	Process input.Process `json:"process"`
+	Node    Node          `json:"node"`
 }
 
 // Node describes the machine. Time is the only clock a policy sees, so
@@ -198,7 +166,7 @@ var keyTerms = func() map[string]*ast.Term {
 	return m
 }()
 
-var apiVersionTerm = ast.StringTerm(APIVersion)
+var apiVersionTerm = ast.StringTerm(schema.APIVersion)
 
 func item(k string, v *ast.Term) [2]*ast.Term { return [2]*ast.Term{keyTerms[k], v} }
 
@@ -283,18 +251,18 @@ func (n Node) timeTerm() *ast.Term {
 // cgroupFields are input.process.cgroup's fields, in the input's words.
 var cgroupFields = []struct {
 	key string
-	get func(*Cgroup) string
+	get func(*input.Cgroup) string
 }{
-	{"path", func(c *Cgroup) string { return c.Path }},
-	{"slice", func(c *Cgroup) string { return c.Slice }},
-	{"unit", func(c *Cgroup) string { return c.Unit }},
-	{"container_id", func(c *Cgroup) string { return c.ContainerID }},
-	{"runtime", func(c *Cgroup) string { return c.Runtime }},
-	{"pod_uid", func(c *Cgroup) string { return c.PodUID }},
-	{"qos", func(c *Cgroup) string { return c.QoS }},
+	{"path", func(c *input.Cgroup) string { return c.Path }},
+	{"slice", func(c *input.Cgroup) string { return c.Slice }},
+	{"unit", func(c *input.Cgroup) string { return c.Unit }},
+	{"container_id", func(c *input.Cgroup) string { return c.ContainerID }},
+	{"runtime", func(c *input.Cgroup) string { return c.Runtime }},
+	{"pod_uid", func(c *input.Cgroup) string { return c.PodUID }},
+	{"qos", func(c *input.Cgroup) string { return c.QoS }},
 }
 
-func (c Cgroup) value() ast.Value {
+func cgroupValue(c input.Cgroup) ast.Value {
 	items := make([][2]*ast.Term, len(cgroupFields))
 	for i, f := range cgroupFields {
 		items[i] = str(f.key, f.get(&c))
@@ -302,25 +270,25 @@ func (c Cgroup) value() ast.Value {
 	return ast.NewObject(items...)
 }
 
-func (p Process) value() ast.Value {
+func processValue(p input.Process) ast.Value {
 	items := make([][2]*ast.Term, 0, 11)
 	items = append(items, num("pid", p.PID), num("ppid", p.PPID), str("comm", p.Comm), str("exe", p.Exe),
 		val("cmdline", strs(p.Cmdline)), num("uid", p.UID), str("user", p.User),
-		val("cgroup", p.Cgroup.value()), val("env", strMap(p.Env)), val("gpus", ints(p.GPUs)))
+		val("cgroup", cgroupValue(p.Cgroup)), val("env", strMap(p.Env)), val("gpus", ints(p.GPUs)))
 	if p.Pod != nil {
-		items = append(items, val("pod", p.Pod.value()))
+		items = append(items, val("pod", podValue(*p.Pod)))
 	}
 	return ast.NewObject(items...)
 }
 
-func (pod Pod) value() ast.Value {
+func podValue(pod input.Pod) ast.Value {
 	return ast.NewObject(str("uid", pod.UID), str("namespace", pod.Namespace), str("name", pod.Name), val("labels", strMap(pod.Labels)))
 }
 
 // value builds the whole classification input. A compiled plan reads it
 // through inputSource instead, path by path.
 func (in Input) value(gpus ast.Value) ast.Value {
-	return ast.NewObject(item("apiVersion", apiVersionTerm), val("node", in.Node.value(gpus)), val("process", in.Process.value()))
+	return ast.NewObject(item("apiVersion", apiVersionTerm), val("node", in.Node.value(gpus)), val("process", processValue(in.Process)))
 }
 
 func (s State) value(gpus ast.Value) ast.Value {

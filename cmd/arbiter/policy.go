@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpu-arbiter/arbiter/policy"
+	"github.com/gpu-arbiter/arbiter/policy/schema"
 )
 
 // policyExit is an error that sets the exit status: 1 when a policy is
@@ -414,14 +415,14 @@ func newPolicySchemaCmd() *cobra.Command {
 		Use:       "schema [input|decision|victims]",
 		Short:     "Print the JSON Schemas of the policy input and decisions",
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: []string{policy.SchemaInput, policy.SchemaDecision, policy.SchemaVictims},
+		ValidArgs: []string{schema.Input, schema.Decision, schema.Victims},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			names := []string{policy.SchemaInput, policy.SchemaDecision, policy.SchemaVictims}
+			names := []string{schema.Input, schema.Decision, schema.Victims}
 			if len(args) == 1 {
 				names = args
 			}
 			for _, n := range names {
-				b, err := policy.SchemaJSON(n)
+				b, err := schema.JSON(n)
 				if err != nil {
 					return &policyExit{2, err}
 				}

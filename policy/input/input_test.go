@@ -1,10 +1,15 @@
-package policy
+package input
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/gpu-arbiter/arbiter/procfs"
 )
 
 func TestParseCgroup(t *testing.T) {
@@ -69,18 +74,6 @@ func FuzzParseCgroup(f *testing.F) {
 	})
 }
 
-func FuzzParseStat(f *testing.F) {
-	f.Add([]byte("42 (python3) S 1 42 42 0 -1"))
-	f.Add([]byte("42 (a) b) (c) R 7 1"))
-	f.Add([]byte("42 (x"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		comm, ppid, err := parseStat(b)
-		if err == nil && (ppid < -1<<62 || len(comm) > len(b)) {
-			t.Fatalf("%q -> %q %d", b, comm, ppid)
-		}
-	})
-}
-
 // fakeProc builds /proc/PID in a temp dir.
 func fakeProc(t *testing.T, pid string, files map[string]string, links map[string]string) string {
 	t.Helper()
@@ -102,7 +95,7 @@ func fakeProc(t *testing.T, pid string, files map[string]string, links map[strin
 	return root
 }
 
-func TestProcessFromProc(t *testing.T) {
+func TestReadProcess(t *testing.T) {
 	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	const uid = "8c4a7f3e-1b2c-4d5e-8f90-123456789abc"
 	cg := "/kubepods/burstable/pod" + uid + "/" + id
@@ -110,7 +103,7 @@ func TestProcessFromProc(t *testing.T) {
 		"stat":    "4242 (py (\xffthon)) S 17 4242 4242 0 -1 4194560",
 		"comm":    "py (\xffthon)\n",
 		"cmdline": "python3\x00-m\x00vllm.entrypoints\x00--model=\xfe\xffx\x00",
-		"status":  "Name:\tpython3\nUid:\t1001\t1001\t1001\t1001\nGid:\t100\n",
+		"status":  "Name:\tpython3\nUid:\t1001\t1001\t1001\t1001\nGid:\t100\t100\t100\t100\n",
 		"cgroup":  "0::" + cg + "\n",
 		"environ": "PATH=/bin\x00ARBITER_CLASS=latency-critical\x00ARBITER_SLO_MS=25\x00ARBITERX=1\x00HOME=/root\x00ARBITER_BAD=\xff\x00",
 	}, map[string]string{
@@ -119,7 +112,7 @@ func TestProcessFromProc(t *testing.T) {
 	})
 	passwd := filepath.Join(t.TempDir(), "passwd")
 	os.WriteFile(passwd, []byte("root:x:0:0::/root:/bin/sh\nalice:x:1001:100::/home/alice:/bin/sh\n"), 0o644)
-	p, err := ProcessFromProc(root, 4242, &ProcOptions{Passwd: passwd, Pod: func(u string) (Pod, bool) {
+	p, err := ReadProcess(procfs.At(root), 4242, &Options{Passwd: passwd, Pod: func(u string) (Pod, bool) {
 		return Pod{Namespace: "inference", Name: "vllm-0", Labels: map[string]string{"app": "vllm"}}, u == uid
 	}})
 	if err != nil {
@@ -138,7 +131,7 @@ func TestProcessFromProc(t *testing.T) {
 	}
 }
 
-func TestProcessFromProcBounds(t *testing.T) {
+func TestReadProcessBounds(t *testing.T) {
 	var env strings.Builder
 	for i := range 200 {
 		env.WriteString("ARBITER_V" + strings.Repeat("x", i) + "=" + strings.Repeat("v", 5000) + "\x00")
@@ -148,7 +141,7 @@ func TestProcessFromProcBounds(t *testing.T) {
 		"cgroup":  "12:cpu,cpuacct:/batch.slice/job.service\n1:name=systemd:/other\n",
 		"environ": env.String(),
 	}, nil)
-	p, err := ProcessFromProc(root, 7, &ProcOptions{Passwd: "/nonexistent", MaxEnvBytes: 1 << 20})
+	p, err := ReadProcess(procfs.At(root), 7, &Options{Passwd: "/nonexistent", MaxEnvBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +158,7 @@ func TestProcessFromProcBounds(t *testing.T) {
 	}
 }
 
-func TestProcessFromProcContainerUser(t *testing.T) {
+func TestReadProcessContainerUser(t *testing.T) {
 	root := fakeProc(t, "8", map[string]string{"stat": "8 (x) S 1 8", "status": "Uid:\t4242\t4242\t4242\t4242\n"}, nil)
 	if err := os.MkdirAll(filepath.Join(root, "8", "root", "etc"), 0o755); err != nil {
 		t.Fatal(err)
@@ -173,24 +166,24 @@ func TestProcessFromProcContainerUser(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "8", "root", "etc", "passwd"), []byte("svc:x:4242:4242::/:/bin/false\n"), 0o644)
 	node := filepath.Join(t.TempDir(), "passwd")
 	os.WriteFile(node, []byte("root:x:0:0::/root:/bin/sh\n"), 0o644)
-	p, err := ProcessFromProc(root, 8, &ProcOptions{Passwd: node})
+	p, err := ReadProcess(procfs.At(root), 8, &Options{Passwd: node})
 	if err != nil || p.UID != 4242 || p.User != "svc" {
 		t.Fatalf("%+v %v", p, err)
 	}
 }
 
-func TestProcessFromProcErrors(t *testing.T) {
-	if _, err := ProcessFromProc(t.TempDir(), 1, nil); err == nil || !strings.Contains(err.Error(), "process 1:") {
+func TestReadProcessErrors(t *testing.T) {
+	if _, err := ReadProcess(procfs.At(t.TempDir()), 1, nil); !errors.Is(err, procfs.ErrGone) || !strings.Contains(err.Error(), "process 1:") {
 		t.Fatalf("missing process: %v", err)
 	}
 	root := fakeProc(t, "9", map[string]string{"stat": "garbage"}, nil)
-	if _, err := ProcessFromProc(root, 9, nil); err == nil || !strings.Contains(err.Error(), "no (comm) field") {
+	if _, err := ReadProcess(procfs.At(root), 9, nil); err == nil || !strings.Contains(err.Error(), "no (comm) field") {
 		t.Fatalf("bad stat: %v", err)
 	}
 }
 
-func TestProcessFromProcSelf(t *testing.T) {
-	p, err := ProcessFromProc("/proc", os.Getpid(), nil)
+func TestReadProcessSelf(t *testing.T) {
+	p, err := ReadProcess(procfs.At("/proc"), os.Getpid(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,28 +192,61 @@ func TestProcessFromProcSelf(t *testing.T) {
 	}
 }
 
-func FuzzProcFiles(f *testing.F) {
-	f.Add([]byte("Uid:\t1000\t1000\n"), []byte("0::/a.slice/b.service\n"), []byte("ARBITER_A=1\x00B=2\x00"))
+// FuzzReadProcess builds a process from arbitrary status, cgroup and
+// environ files: whatever they hold, the input is valid UTF-8 and keeps
+// only bounded, allowed variables.
+func FuzzReadProcess(f *testing.F) {
+	f.Add([]byte("Uid:\t1000\t1000\t1000\t1000\n"), []byte("0::/a.slice/b.service\n"), []byte("ARBITER_A=1\x00B=2\x00"))
 	f.Add([]byte("Uid:"), []byte("1:cpu,cpuacct:/x\n2:name=systemd:/y"), []byte("\x00\x00ARBITER_=\xff"))
-	o := (*ProcOptions)(nil).withDefaults()
+	root := f.TempDir()
+	dir := filepath.Join(root, "5")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte("5 (x) S 1 5"), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	o := (*Options)(nil).withDefaults()
+	o.MaxEnvVars, o.MaxEnvValue = 4, 8
 	f.Fuzz(func(t *testing.T, status, cgroup, environ []byte) {
-		if uid := parseUID(status); uid < 0 {
-			t.Fatalf("uid %d", uid)
+		for name, b := range map[string][]byte{"status": status, "cgroup": cgroup, "environ": environ} {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
-		_ = ParseCgroup(clean(cgroupPath(cgroup)))
-		env := allowedEnv(environ, o)
-		if len(env) > o.MaxEnvVars {
-			t.Fatalf("%d vars", len(env))
+		p, err := ReadProcess(procfs.At(root), 5, &o)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for k, v := range env {
-			if !strings.HasPrefix(k, "ARBITER_") || len(v) > o.MaxEnvValue {
+		if p.UID < 0 || len(p.Env) > o.MaxEnvVars {
+			t.Fatalf("%+v", p)
+		}
+		for k, v := range p.Env {
+			if !strings.HasPrefix(k, "ARBITER_") || len(v) > 3*o.MaxEnvValue {
 				t.Fatalf("%q=%q", k, v)
 			}
 		}
-		for _, s := range splitNUL(environ, 0) {
-			if strings.IndexByte(s, 0) >= 0 {
-				t.Fatalf("NUL in %q", s)
-			}
+		b, err := json.Marshal(p)
+		if err != nil || !utf8.Valid(b) {
+			t.Fatalf("%+v: %v", p, err)
 		}
 	})
+}
+
+// equalJSON compares two values by their JSON encoding.
+func equalJSON(t testing.TB, a, b any) bool {
+	t.Helper()
+	ja, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(ja) != string(jb) {
+		t.Logf("got  %s\nwant %s", ja, jb)
+		return false
+	}
+	return true
 }
