@@ -120,3 +120,13 @@ func (s *Simulator) Ungate(pid uint32) error {
 	}
 	return nil
 }
+
+// GPUs returns the GPU pid runs on (the engine's Placement): a simulated
+// process uses one GPU, fixed when it was added.
+func (s *Simulator) GPUs(pid uint32) []int {
+	i := int(pid) - FirstPID
+	if i < 0 || i >= len(s.procs) {
+		return nil
+	}
+	return []int{s.procs[i].gpu}
+}

@@ -1,0 +1,265 @@
+package engine_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sched"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// events is a synthetic event stream with read deadlines on its own
+// virtual clock, which ends 10 ms after its last event: the smallest
+// DeadlineSource.
+type events struct {
+	evs      []trace.Event
+	i        int
+	now      uint64
+	deadline uint64
+}
+
+func (s *events) end() uint64 {
+	if len(s.evs) == 0 {
+		return 0
+	}
+	return s.evs[len(s.evs)-1].Time + 10_000_000
+}
+
+func (s *events) Read(ev *trace.Event) error {
+	if s.i < len(s.evs) {
+		next := s.evs[s.i].Time
+		if s.deadline != 0 && s.deadline < next {
+			s.now = max(s.now, s.deadline)
+			return trace.ErrDeadline
+		}
+		*ev = s.evs[s.i]
+		s.i++
+		s.now = max(s.now, next)
+		return nil
+	}
+	if s.deadline != 0 && s.deadline > s.now && s.deadline <= s.end() {
+		s.now = s.deadline
+		return trace.ErrDeadline
+	}
+	return io.EOF
+}
+func (s *events) Close() error                   { return nil }
+func (s *events) Now() uint64                    { return s.now }
+func (s *events) SetReadDeadline(t uint64) error { s.deadline = t; return nil }
+
+// calls records enforcer calls in order.
+type calls struct {
+	log  []string
+	fail map[string]error
+}
+
+func (c *calls) do(s string) error {
+	c.log = append(c.log, s)
+	return c.fail[s]
+}
+func (c *calls) SetTimeslice(pid uint32, gpu int, us uint64) error {
+	return c.do(fmt.Sprintf("timeslice %d gpu%d %dus", pid, gpu, us))
+}
+func (c *calls) SetInterleave(pid uint32, l sched.Interleave) error {
+	return c.do(fmt.Sprintf("interleave %d %s", pid, l))
+}
+func (c *calls) Suspend(pid uint32, gpu int) error {
+	return c.do(fmt.Sprintf("suspend %d gpu%d", pid, gpu))
+}
+func (c *calls) Resume(pid uint32, gpu int) error {
+	return c.do(fmt.Sprintf("resume %d gpu%d", pid, gpu))
+}
+func (c *calls) Gate(pid uint32) error   { return c.do(fmt.Sprintf("gate %d", pid)) }
+func (c *calls) Ungate(pid uint32) error { return c.do(fmt.Sprintf("ungate %d", pid)) }
+
+const us = uint64(time.Microsecond)
+
+func exec(t uint64, pid uint32, comm string) trace.Event {
+	ev := trace.Event{Kind: trace.KindExec, PID: pid, TID: pid, Time: t}
+	copy(ev.Proc.Comm[:], comm)
+	return ev
+}
+func launch(t uint64, pid uint32) trace.Event {
+	return trace.Event{Kind: trace.KindLaunch, PID: pid, TID: pid, Time: t}
+}
+func sync(t uint64, pid uint32, dur uint64) trace.Event {
+	ev := trace.Event{Kind: trace.KindSync, PID: pid, TID: pid, Time: t}
+	ev.Sync.Duration = dur
+	return ev
+}
+
+// byComm plans "infer" as latency-critical and everything else best-effort.
+var byComm = engine.ClassifierFunc(func(p engine.ProcessInfo) (sched.Plan, string, error) {
+	if p.Comm == "infer" {
+		return lcPlan, "comm infer", nil
+	}
+	return bePlan, "default", nil
+})
+
+func run(t *testing.T, evs []trace.Event, opts engine.Options) (*engine.Engine, *calls) {
+	t.Helper()
+	enf := &calls{}
+	if opts.Classifier == nil {
+		opts.Classifier = byComm
+	}
+	e, err := engine.New(&events{evs: evs}, enf, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return e, enf
+}
+
+func proc(t *testing.T, s *engine.Snapshot, pid uint32) engine.ProcessView {
+	t.Helper()
+	for _, p := range s.Processes {
+		if p.PID == pid {
+			return p
+		}
+	}
+	t.Fatalf("pid %d not in snapshot", pid)
+	return engine.ProcessView{}
+}
+
+// TestRequestSpansStages: calls closer than the idle gap are one request;
+// its latency runs from the first call to the last synchronization's
+// return, and victims are held for all of it.
+func TestRequestSpansStages(t *testing.T) {
+	evs := []trace.Event{
+		exec(0, 10, "infer"), exec(0, 20, "train"),
+		launch(1000*us, 10), sync(1010*us, 10, 500*us), // ends 1510
+		launch(1540*us, 10), sync(1550*us, 10, 500*us), // ends 2050
+		launch(5000*us, 10), sync(5010*us, 10, 100*us), // a second request
+		launch(9000*us, 20),
+	}
+	e, enf := run(t, evs, engine.Options{IdleGap: 200 * time.Microsecond})
+	lc := proc(t, e.Snapshot(), 10)
+	if lc.Latency.Requests != 2 || lc.Latency.Max < 1050*time.Microsecond || lc.Latency.Max > 1061*time.Microsecond {
+		t.Errorf("requests %d max %v, want 2 and 1.05ms", lc.Latency.Requests, lc.Latency.Max)
+	}
+	want := []string{"timeslice 10 gpu0 16000us", "interleave 10 high", "timeslice 20 gpu0 200us", "interleave 20 low",
+		"suspend 20 gpu0", "resume 20 gpu0", "suspend 20 gpu0", "resume 20 gpu0"}
+	if !slices.Equal(enf.log, want) {
+		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)
+	}
+}
+
+// supported is an enforcer that can only gate some processes.
+type supported struct {
+	*calls
+	gateOnly map[uint32]string
+}
+
+func (s supported) Strongest(pid uint32) (sched.Level, string) {
+	if why, ok := s.gateOnly[pid]; ok {
+		return sched.LevelGate, why
+	}
+	return sched.LevelSuspend, ""
+}
+
+// TestGateWhereChannelsUnknown: a BE process whose channel handles are
+// unknown is gated instead of suspended, says why, and is ungated when
+// the request ends; a suspend that fails falls back to the gate too.
+func TestGateWhereChannelsUnknown(t *testing.T) {
+	evs := []trace.Event{
+		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"),
+		launch(1000*us, 10), sync(1010*us, 10, 500*us),
+		launch(3000*us, 20),
+	}
+	enf := supported{calls: &calls{fail: map[string]error{"suspend 30 gpu0": errors.New("pid 30: channel group handles unknown")}},
+		gateOnly: map[uint32]string{20: "no RM client traced for pid 20"}}
+	opts := engine.Options{Classifier: byComm, IdleGap: 100 * time.Microsecond}
+	e, err := engine.New(&events{evs: evs}, enf, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"timeslice 10 gpu0 16000us", "interleave 10 high", "timeslice 30 gpu0 200us", "interleave 30 low",
+		"gate 20", "suspend 30 gpu0", "gate 30", "ungate 20", "ungate 30"}
+	if !slices.Equal(enf.log, want) {
+		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)
+	}
+	s := e.Snapshot()
+	if p := proc(t, s, 20); p.Level != sched.LevelGate || !strings.Contains(p.Limit, "no RM client traced") {
+		t.Errorf("pid 20: %+v", p)
+	}
+	var failed bool
+	for _, d := range s.Decisions {
+		failed = failed || d.Action == engine.ActionSuspend && d.PID == 30 && strings.Contains(d.Err, "handles unknown")
+	}
+	if !failed {
+		t.Errorf("the failed suspend is not among the decisions: %+v", s.Decisions)
+	}
+}
+
+// TestExitReleases: a process that exits while suspended is resumed (its
+// state released) and leaves the table; stopping the engine releases the
+// rest, so every suspend has its resume.
+func TestExitReleases(t *testing.T) {
+	exit := trace.Event{Kind: trace.KindExit, PID: 20, TID: 20, Time: 1200 * us}
+	evs := []trace.Event{
+		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"),
+		launch(1000*us, 10), exit, launch(1300*us, 10),
+	}
+	e, enf := run(t, evs, engine.Options{IdleGap: 100 * time.Microsecond, RequestTimeout: time.Hour})
+	var suspended, resumed []string
+	for _, c := range enf.log {
+		if strings.HasPrefix(c, "suspend") {
+			suspended = append(suspended, strings.TrimPrefix(c, "suspend "))
+		}
+		if strings.HasPrefix(c, "resume") {
+			resumed = append(resumed, strings.TrimPrefix(c, "resume "))
+		}
+	}
+	slices.Sort(suspended)
+	slices.Sort(resumed)
+	if !slices.Equal(suspended, []string{"20 gpu0", "30 gpu0"}) || !slices.Equal(suspended, resumed) {
+		t.Errorf("suspended %q resumed %q", suspended, resumed)
+	}
+	s := e.Snapshot()
+	for _, p := range s.Processes {
+		if p.PID == 20 {
+			t.Error("exited process still in the table")
+		}
+		if p.State != engine.StateRunning {
+			t.Errorf("pid %d left %s", p.PID, p.State)
+		}
+	}
+}
+
+// TestVictimsChosenByPolicy: only the processes the victim chooser names
+// are suspended, and it sees the busy GPUs and the classes' SLO.
+func TestVictimsChosenByPolicy(t *testing.T) {
+	var seen engine.ControlState
+	choose := victimsFunc(func(s engine.ControlState) (engine.Victims, error) {
+		seen = s
+		return engine.Victims{Suspend: []engine.Suspension{{PID: 30, Reason: "lowest priority"}}}, nil
+	})
+	evs := []trace.Event{
+		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"),
+		launch(200*uint64(time.Millisecond), 10), sync(200*uint64(time.Millisecond)+10*us, 10, 500*us),
+	}
+	_, enf := run(t, evs, engine.Options{Victims: choose, IdleGap: 100 * time.Microsecond})
+	var got []string
+	for _, c := range enf.log {
+		if strings.HasPrefix(c, "suspend") || strings.HasPrefix(c, "resume") {
+			got = append(got, c)
+		}
+	}
+	if !slices.Equal(got, []string{"suspend 30 gpu0", "resume 30 gpu0"}) {
+		t.Errorf("preemptions %q", got)
+	}
+	if len(seen.Processes) != 3 || len(seen.Busy) != 1 || seen.Busy[0].PID != 10 || seen.SLO["latency-critical"].Target != 0.99 {
+		t.Errorf("chooser saw %+v", seen)
+	}
+}

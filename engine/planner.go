@@ -1,0 +1,309 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/gpu-arbiter/arbiter/sched"
+)
+
+// gpuState is the planner's view of one GPU.
+type gpuState struct {
+	index int
+	procs []*proc
+	// active are the latency-critical processes with a request in flight.
+	active map[*proc]struct{}
+	// preempted: its victims are held for the active requests; held lists
+	// them.
+	preempted  bool
+	held       []*proc
+	harvestGen uint64
+}
+
+func (e *Engine) gpu(i int) *gpuState {
+	g := e.gpus[i]
+	if g == nil {
+		g = &gpuState{index: i, active: map[*proc]struct{}{}}
+		e.gpus[i] = g
+	}
+	return g
+}
+
+// plan sets p's enforcement level, the strongest its plan allows that the
+// node supports for it, and with register applies registration-time
+// enforcement: timeslice and interleave level.
+func (e *Engine) plan(p *proc, register bool) {
+	want := p.plan.Level
+	sup, why := sched.LevelSuspend, ""
+	if e.sup != nil {
+		sup, why = e.sup.Strongest(p.key.PID)
+	}
+	if p.channelErr != "" && sup == sched.LevelSuspend {
+		sup, why = sched.LevelGate, "channel control failed: "+p.channelErr
+	}
+	level, limit := want, ""
+	switch {
+	case want == sched.LevelObserve:
+	case sup == sched.LevelSuspend:
+	case sup == sched.LevelGate && (want == sched.LevelSuspend || want == sched.LevelGate):
+		level = sched.LevelGate
+		if want == sched.LevelSuspend {
+			limit = "gate instead of suspend: " + why
+		}
+	default:
+		level, limit = sched.LevelObserve, fmt.Sprintf("%s not supported: %s", want, why)
+	}
+	if level < p.level || (level == sched.LevelObserve && p.level != sched.LevelObserve) {
+		// Weaker than before: nothing may stay held on its account.
+		if err := e.releaseProc(p, "replanned at "+level.String()); err != nil {
+			e.st.EnforceErrors++
+		}
+	}
+	p.level, p.limit = level, limit
+	if !register || level == sched.LevelObserve || level == sched.LevelGate || e.enf == nil {
+		return
+	}
+	if p.plan.Timeslice > 0 {
+		us := uint64(p.plan.Timeslice.Microseconds())
+		for _, g := range p.gpus {
+			e.st.Timeslices++
+			err := e.enf.SetTimeslice(p.key.PID, g, max(us, 1))
+			e.recordEnforce(p, g, ActionTimeslice, fmt.Sprintf("timeslice %v (class %s)", p.plan.Timeslice, p.plan.Class), err)
+		}
+	}
+	e.st.Interleaves++
+	err := e.enf.SetInterleave(p.key.PID, p.plan.Interleave)
+	e.recordEnforce(p, -1, ActionInterleave, "interleave "+p.plan.Interleave.String()+" (class "+p.plan.Class+")", err)
+}
+
+// victims returns the processes to hold off gpu while a latency-critical
+// request is active there: the victim chooser's cached answer, or by
+// default every process at suspend or gate level that is not itself
+// latency-critical.
+func (e *Engine) victims(gs *gpuState) []*proc {
+	var out []*proc
+	for _, v := range gs.procs {
+		if v.plan.LatencyCritical || v.level < sched.LevelSuspend {
+			continue
+		}
+		if e.victimSet != nil {
+			gpus, ok := e.victimSet[v.key.PID]
+			if !ok || (len(gpus) > 0 && !slices.Contains(gpus, gs.index)) {
+				continue
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// preemptGPU holds gpu's victims for lc's request.
+func (e *Engine) preemptGPU(g int, lc *proc) {
+	gs := e.gpu(g)
+	if gs.preempted {
+		return
+	}
+	gs.preempted = true
+	gs.held = gs.held[:0]
+	for _, v := range e.victims(gs) {
+		gs.held = append(gs.held, v)
+		e.hold(v, g, holdRequest, lc)
+	}
+}
+
+// releaseGPU lets gpu's victims run again.
+func (e *Engine) releaseGPU(g int) {
+	gs := e.gpu(g)
+	if !gs.preempted {
+		return
+	}
+	gs.preempted = false
+	for _, v := range gs.held {
+		e.unhold(v, g, holdRequest, "latency-critical work idle on the GPU")
+	}
+	gs.held = gs.held[:0]
+}
+
+// hold adds a cause for v to stay off gpu g; the first cause suspends (or
+// gates) it. by is the latency-critical process it yields to, if any.
+func (e *Engine) hold(v *proc, g int, cause uint8, by *proc) {
+	i := slices.Index(v.gpus, g)
+	if i < 0 || e.enf == nil {
+		return
+	}
+	before := v.hold[i]
+	v.hold[i] |= cause
+	if before != 0 {
+		return
+	}
+	reason := "over its class's GPU-time quota"
+	if by != nil {
+		reason = fmt.Sprintf("latency-critical request of pid %d (%s, class %s)", by.key.PID, by.comm, by.plan.Class)
+	}
+	if v.level == sched.LevelGate {
+		if v.gated {
+			return
+		}
+		e.st.Gates++
+		err := e.enf.Gate(v.key.PID)
+		v.gated = err == nil
+		e.recordEnforce(v, g, ActionGate, reason, err)
+		return
+	}
+	e.st.Suspends++
+	err := e.enf.Suspend(v.key.PID, g)
+	e.recordEnforce(v, g, ActionSuspend, reason, err)
+	if err != nil {
+		// Not suspended. Where the node says what it supports, replan
+		// the process: channel control failing falls back to the gate.
+		v.hold[i] = 0
+		if e.sup == nil {
+			return
+		}
+		v.channelErr = err.Error()
+		e.plan(v, false)
+		if v.level == sched.LevelGate {
+			e.hold(v, g, cause, by)
+		}
+	}
+}
+
+// unhold removes a cause; the last one resumes (or ungates) v on g.
+func (e *Engine) unhold(v *proc, g int, cause uint8, reason string) {
+	i := slices.Index(v.gpus, g)
+	if i < 0 || v.hold[i]&cause == 0 {
+		return
+	}
+	v.hold[i] &^= cause
+	if v.hold[i] != 0 {
+		return
+	}
+	if v.gated {
+		for _, h := range v.hold {
+			if h != 0 {
+				return // still held on another GPU
+			}
+		}
+		e.st.Ungates++
+		err := e.enf.Ungate(v.key.PID)
+		v.gated = err != nil
+		e.recordEnforce(v, g, ActionUngate, reason, err)
+		return
+	}
+	e.st.Resumes++
+	e.recordEnforce(v, g, ActionResume, reason, e.enf.Resume(v.key.PID, g))
+}
+
+// releaseProc drops every cause holding p anywhere.
+func (e *Engine) releaseProc(p *proc, why string) error {
+	var err error
+	for i, g := range p.gpus {
+		if p.hold[i] == 0 {
+			continue
+		}
+		if p.gated {
+			p.hold[i] = 0
+			continue
+		}
+		p.hold[i] = 0
+		e.st.Resumes++
+		rerr := e.enf.Resume(p.key.PID, g)
+		e.recordEnforce(p, g, ActionResume, why, rerr)
+		if rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if p.gated {
+		e.st.Ungates++
+		uerr := e.enf.Ungate(p.key.PID)
+		p.gated = uerr != nil
+		e.recordEnforce(p, -1, ActionUngate, why, uerr)
+		if uerr != nil && err == nil {
+			err = uerr
+		}
+	}
+	for _, g := range p.gpus {
+		gs := e.gpu(g)
+		gs.held = slices.DeleteFunc(gs.held, func(q *proc) bool { return q == p })
+	}
+	return err
+}
+
+// state is what the engine is doing to p now.
+func (p *proc) state() State {
+	if p.gated {
+		return StateGated
+	}
+	for _, h := range p.hold {
+		if h != 0 {
+			return StateSuspended
+		}
+	}
+	return StateRunning
+}
+
+// control is the control loop, at ControlInterval: the victim chooser,
+// SLO feedback, then a new snapshot.
+func (e *Engine) control() {
+	if e.opts.Victims != nil {
+		e.chooseVictims()
+	}
+	e.feedback()
+	e.publish()
+}
+
+// chooseVictims asks the policy's control-loop entry point which
+// processes yield, in the state where every GPU with latency-critical
+// work is busy, and caches the answer for the fast path.
+func (e *Engine) chooseVictims() {
+	st := ControlState{Time: e.now, SLO: map[string]ClassSLO{}}
+	for _, pid := range e.pids() {
+		p := e.procs[pid]
+		st.Processes = append(st.Processes, ControlProcess{PID: pid, Comm: p.comm, Class: p.plan.Class, Priority: p.plan.Priority,
+			Level: p.level, GPUs: p.gpus, Suspended: p.state() != StateRunning})
+		if p.plan.LatencyCritical {
+			for _, g := range p.gpus {
+				b := BusyGPU{PID: pid, Class: p.plan.Class, GPU: g, Active: p.req.active}
+				if p.req.active {
+					b.AgeNS = e.now - p.req.start
+				}
+				st.Busy = append(st.Busy, b)
+			}
+		}
+	}
+	for _, name := range e.classNames() {
+		c := e.cls[name]
+		if c.plan.HasSLO {
+			n, within := c.stats.win.get(e.now)
+			a := attainment(n, within)
+			if a < 0 {
+				a = 1
+			}
+			st.SLO[name] = ClassSLO{Attainment: a, Target: c.plan.Percentile / 100, Latency: uint64(c.plan.LatencyTarget), Requests: n}
+		}
+	}
+	e.st.VictimCalls++
+	v, err := e.opts.Victims.Victims(st)
+	if err != nil {
+		e.st.VictimErrors++
+		e.victimSet = nil
+		e.record(Decision{GPU: -1, Action: ActionFallback, Reason: "victims decision not used, default choice applies: " + err.Error()})
+		return
+	}
+	set := make(map[uint32][]int, len(v.Suspend))
+	for _, s := range v.Suspend {
+		set[s.PID] = append(set[s.PID], s.GPUs...)
+	}
+	e.victimSet = set
+	e.throttle(v.Throttle)
+}
+
+func (e *Engine) classNames() []string {
+	names := make([]string, 0, len(e.cls))
+	for n := range e.cls {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,199 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/gpu-arbiter/arbiter/sched"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// State is what the engine is doing to a process.
+type State uint8
+
+// Process states.
+const (
+	StateRunning State = iota
+	StateSuspended
+	StateGated
+)
+
+var stateNames = [...]string{"running", "suspended", "gated"}
+
+// String names the state.
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "state(?)"
+}
+
+// MarshalText writes the state's name.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// why a process is held off a GPU: a bit per cause, so that one cause
+// ending does not resume what another still holds.
+const (
+	holdRequest uint8 = 1 << iota // a latency-critical request is active on the GPU
+	holdQuota                     // its class is over its share for this period
+)
+
+// proc is one process in the table.
+type proc struct {
+	key    sched.ProcessKey
+	comm   string
+	cgroup uint64
+	plan   sched.Plan
+	reason string
+	// fallback: why the policy's decision was not used ("" when it was).
+	fallback string
+	gpus     []int
+	cls      *class
+	// level is the enforcement the planner applies to it; limit says why
+	// it is weaker than the plan's, "" when it is not.
+	level sched.Level
+	limit string
+	// hold per GPU index position (parallel to gpus), and whether the
+	// enforcement is a gate rather than a channel suspend.
+	hold  []uint8
+	gated bool
+	// channelErr is why channel control failed on it, if it did: it is
+	// then gated where the node can gate it.
+	channelErr string
+	firstSeen,
+	lastSeen uint64
+	launches, copies, syncs uint64
+	req                     request
+}
+
+// lookup returns the event's process, adding and classifying it on first
+// sight (a process already running when tracing began has no exec event).
+func (e *Engine) lookup(ev *trace.Event) *proc {
+	if p := e.last; p != nil && p.key.PID == ev.PID {
+		p.count(ev)
+		return p
+	}
+	p := e.procs[ev.PID]
+	if p == nil {
+		p = e.add(ev.PID, "", ev.Cgroup)
+	}
+	e.last = p
+	p.count(ev)
+	return p
+}
+
+func (p *proc) count(ev *trace.Event) {
+	p.lastSeen = ev.Time
+	switch ev.Kind {
+	case trace.KindLaunch:
+		p.launches++
+	case trace.KindCopy:
+		p.copies++
+	case trace.KindSync:
+		p.syncs++
+	}
+}
+
+func (e *Engine) exec(ev *trace.Event) {
+	comm := ev.Proc.CommString()
+	if p := e.procs[ev.PID]; p != nil {
+		// exec replaced the image: a new program, classified anew.
+		e.remove(p, "exec replaced the process image")
+	}
+	e.add(ev.PID, comm, ev.Cgroup)
+}
+
+func (e *Engine) exit(pid uint32) {
+	if p := e.procs[pid]; p != nil {
+		e.remove(p, "exited")
+	}
+}
+
+// add enters a process into the table, classifies it and applies its
+// registration-time enforcement.
+func (e *Engine) add(pid uint32, comm string, cgroup uint64) *proc {
+	p := &proc{key: sched.ProcessKey{PID: pid}, comm: comm, cgroup: cgroup, firstSeen: e.now, lastSeen: e.now}
+	p.gpus = []int{0}
+	if e.opts.Placement != nil {
+		if g := e.opts.Placement.GPUs(pid); len(g) > 0 {
+			p.gpus = slices.Clone(g)
+		}
+	}
+	p.hold = make([]uint8, len(p.gpus))
+	e.procs[pid] = p
+	e.st.Processes++
+	for _, g := range p.gpus {
+		e.gpu(g).procs = append(e.gpu(g).procs, p)
+	}
+	e.classify(p, "new process")
+	return p
+}
+
+// remove releases everything enforced on p and drops it from the table.
+func (e *Engine) remove(p *proc, why string) {
+	if err := e.releaseProc(p, why); err != nil {
+		e.st.EnforceErrors++
+	}
+	e.setClass(p, nil)
+	for _, g := range p.gpus {
+		gs := e.gpu(g)
+		gs.procs = slices.DeleteFunc(gs.procs, func(q *proc) bool { return q == p })
+		delete(gs.active, p)
+	}
+	delete(e.procs, p.key.PID)
+	if e.last == p {
+		e.last = nil
+	}
+	p.req.gen++ // invalidates its timers
+	e.record(Decision{PID: p.key.PID, Comm: p.comm, Class: p.plan.Class, GPU: -1, Action: ActionForget, Reason: why})
+}
+
+// classify asks the classifier for p's plan and applies it; on a class
+// change the change and its reason are recorded.
+func (e *Engine) classify(p *proc, why string) {
+	e.st.Classifications++
+	plan, reason, err := e.opts.Classifier.Classify(ProcessInfo{Key: p.key, Comm: p.comm, Cgroup: p.cgroup, GPUs: p.gpus})
+	old := p.plan
+	had := p.cls != nil
+	p.plan, p.reason, p.fallback = plan, reason, ""
+	if p.plan.MaxGPUShare <= 0 || p.plan.MaxGPUShare > 1 {
+		p.plan.MaxGPUShare = 1
+	}
+	if err != nil {
+		e.st.ClassifyErrors++
+		p.fallback = err.Error()
+		p.plan.Fallback = true
+		e.record(Decision{PID: p.key.PID, Comm: p.comm, Class: plan.Class, GPU: -1, Action: ActionFallback, Reason: "policy decision not used: " + err.Error()})
+	}
+	if !had || old.Class != plan.Class || old.Level != plan.Level {
+		r := reason
+		if had {
+			r = "was " + old.Class + ": " + why + ": " + reason
+		}
+		e.record(Decision{PID: p.key.PID, Comm: p.comm, Class: plan.Class, GPU: -1, Action: ActionClassify, Level: plan.Level, Reason: r})
+	}
+	e.setClass(p, e.class(plan))
+	e.plan(p, true)
+}
+
+// Reclassify asks the classifier again for every live process, as after
+// a policy reload, and replans those whose class or plan changed. Call it
+// on the engine's goroutine (through Post).
+func (e *Engine) Reclassify(c Classifier, why string) {
+	if c != nil {
+		e.opts.Classifier = c
+	}
+	for _, pid := range e.pids() {
+		e.classify(e.procs[pid], why)
+	}
+	e.publish()
+}
+
+// pids returns the table's pids, sorted, for deterministic iteration.
+func (e *Engine) pids() []uint32 {
+	out := make([]uint32, 0, len(e.procs))
+	for pid := range e.procs {
+		out = append(out, pid)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,336 @@
+package engine
+
+import (
+	"math"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/gpu-arbiter/arbiter/sched"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// request tracks a latency-critical process's requests (ARCHITECTURE.md,
+// "Requests and SLOs"): a busy period from its first driver call after an
+// idle gap to the return of its last call before the next gap.
+type request struct {
+	active    bool
+	start     uint64 // entry of its first call
+	end       uint64 // latest end (entry, plus duration for a synchronization)
+	preempted bool   // its GPUs' victims have been held for it
+	gen       uint64 // invalidates timers armed for an earlier state
+	// lastEnd is when the previous request ended; the predictor learns the
+	// idle gaps and durations (exponentially weighted, α = 1/8).
+	lastEnd  uint64
+	gap, dur float64
+	samples  int
+	stats    latency
+}
+
+// latency is a latency distribution and SLO window.
+type latency struct {
+	hist   *hdrhistogram.Histogram // microseconds; allocated at the first request
+	total  uint64
+	within uint64 // requests within the SLO target, over all time
+	win    window
+}
+
+// Histogram bounds: 1 µs to one hour, 2 significant digits (about 25 KiB
+// per histogram).
+const (
+	histMinUS  = 1
+	histMaxUS  = 3_600_000_000
+	histDigits = 2
+)
+
+func (l *latency) add(t, ns uint64, met, hasSLO bool, span uint64) {
+	if l.hist == nil {
+		l.hist = hdrhistogram.New(histMinUS, histMaxUS, histDigits)
+	}
+	us := int64(max(ns/1000, histMinUS))
+	_ = l.hist.RecordValue(min(us, histMaxUS))
+	l.total++
+	if hasSLO {
+		if met {
+			l.within++
+		}
+		l.win.add(t, met, span)
+	}
+}
+
+// quantile returns the q-quantile (0..100) in ns, 0 without requests.
+func (l *latency) quantile(q float64) uint64 {
+	if l.hist == nil || l.total == 0 {
+		return 0
+	}
+	return uint64(l.hist.ValueAtQuantile(q)) * 1000
+}
+
+// window counts requests and those within target over a sliding window,
+// in windowBuckets buckets: O(1) per request, a fixed 20 buckets of
+// memory, and a window that slides by 1/20 of its span.
+type window struct {
+	span    uint64
+	buckets [windowBuckets]bucket
+}
+
+const windowBuckets = 20
+
+type bucket struct {
+	slot      uint64 // t / (span/windowBuckets), +1 so that 0 is empty
+	n, within uint64
+}
+
+func (w *window) add(t uint64, met bool, span uint64) {
+	if span == 0 {
+		return
+	}
+	w.span = span
+	width := max(span/windowBuckets, 1)
+	slot := t/width + 1
+	b := &w.buckets[slot%windowBuckets]
+	if b.slot != slot {
+		*b = bucket{slot: slot}
+	}
+	b.n++
+	if met {
+		b.within++
+	}
+}
+
+// get returns the requests and those within target in (now-span, now].
+func (w *window) get(now uint64) (n, within uint64) {
+	if w.span == 0 {
+		return 0, 0
+	}
+	width := max(w.span/windowBuckets, 1)
+	cur := now/width + 1
+	for _, b := range w.buckets {
+		if b.slot != 0 && b.slot <= cur && cur-b.slot < windowBuckets {
+			n += b.n
+			within += b.within
+		}
+	}
+	return n, within
+}
+
+// attainment returns within/n, or -1 without requests.
+func attainment(n, within uint64) float64 {
+	if n == 0 {
+		return -1
+	}
+	return float64(within) / float64(n)
+}
+
+// lcCall applies a latency-critical process's driver call: it opens a
+// request after an idle gap, preempts the GPUs' victims at the request's
+// first call (with the pre-preemption hint) or its first launch, and ends
+// the request when the process goes idle.
+func (e *Engine) lcCall(p *proc, ev *trace.Event) {
+	r := &p.req
+	end := ev.Time
+	if ev.Kind == trace.KindSync {
+		end += ev.Sync.Duration
+	}
+	if !r.active {
+		r.active, r.start, r.end, r.preempted = true, ev.Time, end, false
+		r.gen++
+		if r.lastEnd != 0 && ev.Time > r.lastEnd {
+			r.learn(&r.gap, float64(ev.Time-r.lastEnd))
+		}
+		e.st.Requests++
+		for _, g := range p.gpus {
+			gs := e.gpu(g)
+			gs.active[p] = struct{}{}
+			gs.harvestGen++ // a pending harvest decision is moot
+		}
+	}
+	r.start = min(r.start, ev.Time)
+	r.end = max(r.end, end)
+	if !r.preempted && (p.plan.PrePreemptionHint || ev.Kind == trace.KindLaunch) && e.escalated(p) {
+		r.preempted = true
+		for _, g := range p.gpus {
+			e.preemptGPU(g, p)
+		}
+	}
+	// Only a synchronization's return can start the idle gap: while a
+	// process waits in one, it makes no call the tracer reports (calls are
+	// reported at their return), and it is not idle. A process that never
+	// synchronizes is taken idle after RequestTimeout.
+	r.gen++
+	switch {
+	case ev.Kind != trace.KindSync:
+		e.tm.push(timer{at: ev.Time + uint64(e.opts.RequestTimeout), kind: timerIdle, p: p, gen: r.gen})
+	case e.opts.IdleGap == 0:
+		e.finish(p)
+	default:
+		e.tm.push(timer{at: r.end + uint64(e.opts.IdleGap), kind: timerIdle, p: p, gen: r.gen})
+	}
+}
+
+// learn folds x into an exponentially weighted mean.
+func (r *request) learn(m *float64, x float64) {
+	if r.samples == 0 || *m == 0 {
+		*m = x
+	} else {
+		*m += (x - *m) / 8
+	}
+	if m == &r.gap {
+		r.samples++
+	}
+}
+
+// finish ends p's request: its latency goes into the process's and the
+// class's distributions and SLO windows, and GPUs left with no active
+// latency-critical request release their victims (unless the predictor
+// says the coming gap is too short to be worth it).
+func (e *Engine) finish(p *proc) {
+	r := &p.req
+	if !r.active {
+		return
+	}
+	r.active = false
+	r.gen++
+	lat := r.end - r.start
+	r.learn(&r.dur, float64(lat))
+	r.lastEnd = r.end
+	met := p.plan.HasSLO && lat <= uint64(p.plan.LatencyTarget)
+	r.stats.add(e.now, lat, met, p.plan.HasSLO, uint64(p.plan.Window))
+	if c := p.cls; c != nil {
+		cm := c.plan.HasSLO && lat <= uint64(c.plan.LatencyTarget)
+		c.stats.add(e.now, lat, cm, c.plan.HasSLO, uint64(c.plan.Window))
+	}
+	for _, g := range p.gpus {
+		gs := e.gpu(g)
+		delete(gs.active, p)
+		if len(gs.active) > 0 || !gs.preempted {
+			continue
+		}
+		if wait, ok := e.shortGap(p); ok {
+			e.st.HarvestsSkipped++
+			gs.harvestGen++
+			e.tm.push(timer{at: e.now + wait, kind: timerHarvest, gpu: g, gen: gs.harvestGen})
+			e.record(Decision{PID: p.key.PID, Comm: p.comm, Class: p.plan.Class, GPU: g, Action: ActionHold,
+				Reason: "predicted idle gap too short to harvest; victims stay off until the next request or the gap has passed"})
+			continue
+		}
+		e.releaseGPU(g)
+	}
+}
+
+// shortGap reports whether p's learned idle gap is shorter than the
+// shortest worth harvesting, and how long to keep the victims held if no
+// request comes: twice the predicted gap.
+func (e *Engine) shortGap(p *proc) (uint64, bool) {
+	r := &p.req
+	if e.opts.MinHarvestGap == 0 || r.samples < 4 || r.gap >= float64(e.opts.MinHarvestGap) {
+		return 0, false
+	}
+	return uint64(math.Max(2*r.gap, 1)), true
+}
+
+// class is one SLO class: its members' strictest objective, its latency
+// distribution and window, its feedback and quota state.
+type class struct {
+	name    string
+	members int
+	plan    sched.Plan
+	stats   latency
+	// escalated: its requests suspend best-effort work (see
+	// Options.Feedback); changed is when that last changed.
+	escalated bool
+	changed   uint64
+	quota     *cycle
+}
+
+// class returns the class named by plan, creating it.
+func (e *Engine) class(plan sched.Plan) *class {
+	c := e.cls[plan.Class]
+	if c == nil {
+		c = &class{name: plan.Class, plan: plan, escalated: true, changed: e.now}
+		e.cls[plan.Class] = c
+	}
+	return c
+}
+
+// setClass moves p into c (nil: out of every class), merging its
+// objective into the class's: the shortest target, the highest
+// percentile and the longest window of its members.
+func (e *Engine) setClass(p *proc, c *class) {
+	if old := p.cls; old != nil && old != c {
+		old.members--
+		if old.members == 0 {
+			if old.quota != nil {
+				old.quota.gen++
+			}
+			delete(e.cls, old.name)
+		}
+	}
+	if c == nil || p.cls == c {
+		p.cls = c
+		e.quotaFor(c)
+		return
+	}
+	p.cls = c
+	c.members++
+	if c.members > 1 {
+		pp := p.plan
+		if pp.HasSLO && (!c.plan.HasSLO || pp.LatencyTarget < c.plan.LatencyTarget) {
+			c.plan.LatencyTarget = pp.LatencyTarget
+		}
+		if pp.HasSLO {
+			c.plan.HasSLO = true
+			c.plan.Percentile = math.Max(c.plan.Percentile, pp.Percentile)
+			c.plan.Window = max(c.plan.Window, pp.Window)
+		}
+		c.plan.LatencyCritical = c.plan.LatencyCritical || pp.LatencyCritical
+		c.plan.Priority = max(c.plan.Priority, pp.Priority)
+		c.plan.MaxGPUShare = math.Min(c.plan.MaxGPUShare, pp.MaxGPUShare)
+	}
+	e.quotaFor(c)
+}
+
+// escalated reports whether p's requests preempt best-effort work now.
+func (e *Engine) escalated(p *proc) bool {
+	if !e.opts.Feedback || p.cls == nil || !p.cls.plan.HasSLO {
+		return true
+	}
+	return p.cls.escalated
+}
+
+// feedback escalates and relaxes classes on their SLO attainment, with
+// hysteresis: escalate at once below target; relax only when misses are
+// under half the error budget and FeedbackHold has passed since the last
+// change.
+func (e *Engine) feedback() {
+	if !e.opts.Feedback {
+		return
+	}
+	for _, name := range e.classNames() {
+		c := e.cls[name]
+		if !c.plan.HasSLO {
+			continue
+		}
+		n, within := c.stats.win.get(e.now)
+		if n < uint64(e.opts.FeedbackMin) {
+			continue
+		}
+		att := attainment(n, within)
+		target := c.plan.Percentile / 100
+		hold := uint64(e.opts.FeedbackHold)
+		if hold == 0 {
+			hold = uint64(c.plan.Window) / 4
+		}
+		switch {
+		case !c.escalated && att < target:
+			c.escalated, c.changed = true, e.now
+			e.st.Escalations++
+			e.record(Decision{GPU: -1, Class: name, Action: ActionEscalate, Level: sched.LevelSuspend,
+				Reason: sloReason("attainment below target", att, target, n)})
+		case c.escalated && 1-att <= (1-target)/2 && e.now-c.changed >= hold:
+			c.escalated, c.changed = false, e.now
+			e.st.Relaxes++
+			e.record(Decision{GPU: -1, Class: name, Action: ActionRelax, Level: sched.LevelTimeslice,
+				Reason: sloReason("attainment comfortably above target", att, target, n)})
+		}
+	}
+}
