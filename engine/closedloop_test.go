@@ -311,7 +311,6 @@ func TestReloadReclassifies(t *testing.T) {
 	}
 }
 
-
 // TestFallbackReported: a decision the policy could not give (outside its
 // schema) falls back to the default plan and is reported, per process and
 // in the decisions; a victims decision that fails falls back to the
