@@ -3,26 +3,53 @@ GO       ?= go
 BIN      := bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
+# The one build line of the arbiter binary: static (CGO off), paths trimmed,
+# version stamped. build and dist both use it; GOOS/GOARCH come from the
+# environment.
+GOBUILD   = CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
+# dist: where `make dist` writes binaries, packages and SHA256SUMS, and for
+# which architectures.
+DIST        ?= dist
+DIST_ARCHES ?= amd64 arm64
+# Package file times: the last commit's, so that a rebuild gives the same bytes.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 # Benchmarks: count and time per benchmark; override for quicker runs.
 BENCHTIME ?= 1s
 
-.PHONY: all build generate test bench demo clean fmt vet gpu-validate-bundle gpu-validate
+.PHONY: all build dist generate test bench demo clean fmt vet gpu-validate-bundle gpu-validate
 
 all: build
 
 ## build: the arbiter binary (static, CGO off) and the stub CUDA driver
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/arbiter ./cmd/arbiter
+	$(GOBUILD) -o $(BIN)/arbiter ./cmd/arbiter
 	$(GO) run ./internal/cudastub/cmd/stubbuild -out $(BIN)/stub
+
+## dist: linux binaries for every DIST_ARCHES, their .deb and .rpm packages
+## (built with nfpm by internal/dist, from deploy/nfpm.yaml) and SHA256SUMS,
+## in $(DIST)
+dist:
+	mkdir -p $(DIST)
+	rm -f $(DIST)/arbiter-linux-* $(DIST)/*.deb $(DIST)/*.rpm $(DIST)/SHA256SUMS
+	for arch in $(DIST_ARCHES); do \
+		GOOS=linux GOARCH=$$arch $(GOBUILD) -o $(DIST)/arbiter-linux-$$arch ./cmd/arbiter || exit 1; \
+	done
+	cd internal/dist && SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./cmd/pkg \
+		-root $(CURDIR) -version '$(VERSION)' -out $(abspath $(DIST)) \
+		$(foreach arch,$(DIST_ARCHES),-bin $(arch)=$(abspath $(DIST))/arbiter-linux-$(arch))
+	cd $(DIST) && sha256sum arbiter-linux-* *.deb *.rpm > SHA256SUMS
 
 ## generate: rebuild the eBPF objects with clang (committed; users skip this)
 generate:
 	$(GO) generate ./bpf/...
 
-## test: vet and the whole test suite (eBPF tests need root; CI sets ARBITER_REQUIRE_BPF=1)
+## test: vet and the whole test suite (eBPF tests need root; CI sets
+## ARBITER_REQUIRE_BPF=1), then the packaging module's (internal/dist, a
+## module of its own)
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
+	cd internal/dist && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
 
 ## bench: every benchmark under ./..., one package at a time (two running at
 ## once on a small machine would time each other), figures in docs/benchmarks.md
