@@ -118,7 +118,15 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	}
 	cfg := &whatif.Config{
 		Name: file.Spec.Name, Workloads: ws, Options: opts, ControlLatency: file.ControlLatency(), Seed: f.seed, Duration: dur,
-		Baselines: names, PolicyDir: f.policy, TimelineWindow: min(f.window, dur),
+		Baselines: names, TimelineWindow: min(f.window, dur),
+	}
+	if f.policy != "" {
+		gpus := max(opts.GPUs, 1)
+		extra, err := arbiterBaseline(cmd.Context(), f.policy, gpus, defaultRequestGap)
+		if err != nil {
+			return err
+		}
+		cfg.Extra = append(cfg.Extra, extra)
 	}
 	stderr := cmd.ErrOrStderr()
 	if !f.quiet {

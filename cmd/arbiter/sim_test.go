@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-arbiter/arbiter/sim/report"
 	"github.com/gpu-arbiter/arbiter/sim/whatif"
 )
 
@@ -63,13 +64,18 @@ func TestSimCommandErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml")
+	badPolicy := t.TempDir()
+	if err := os.WriteFile(filepath.Join(badPolicy, "p.rego"), []byte("package arbiter\n\nclassify := {\"class\": }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--workload", bad}, "bad.yaml:5: be[0].kernel: negative duration"},
 		{[]string{"--workload", spec, "--baselines", "nope"}, `unknown baseline "nope"`},
-		{[]string{"--workload", spec, "--policy", t.TempDir()}, "not yet available: needs the engine"},
+		{[]string{"--workload", spec, "--policy", badPolicy}, "p.rego:3:"},
+		{[]string{"--workload", spec, "--baselines", "timeslice,arbiter"}, "--policy DIR"},
 		{[]string{"--workload", filepath.Join(t.TempDir(), "missing.yaml")}, "no such file"},
 		{[]string{}, `required flag(s) "workload" not set`},
 	}
@@ -177,5 +183,36 @@ func TestSimProgress(t *testing.T) {
 	want := "sim: 2/7 baselines done; running timeslice 50%, mps 25%; 30% of all runs, about 7s left\n"
 	if got := b.String(); got != want {
 		t.Errorf("progress\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestSimArbiterBaseline: --policy runs the real policy and the engine in
+// the loop as the arbiter baseline: the default policy classifies the
+// spec's latency-critical workload by its label, and the engine keeps its
+// p99 near exclusive where time-slicing inflates it by multiples.
+func TestSimArbiterBaseline(t *testing.T) {
+	out, err := runSimCmd(t, "--workload", filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml"),
+		"--policy", filepath.Join("..", "..", "rego", "default"), "--baselines", "exclusive,timeslice", "--duration", "10s",
+		"--format", "json", "--quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r report.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	rows := map[string]report.Baseline{}
+	for _, b := range r.Baselines {
+		rows[b.Name] = b
+	}
+	a, ts := rows["arbiter"], rows["timeslice"]
+	if len(a.LC) != 1 || len(a.BE) != 1 || a.LC[0].Class != "latency-critical" || a.BE[0].Class != "best-effort" {
+		t.Fatalf("arbiter baseline rows: %+v", a)
+	}
+	if a.LC[0].P99Ratio > 1.1 || ts.LC[0].P99Ratio < 3 {
+		t.Errorf("LC p99/exclusive: arbiter %.2f, time-slicing %.2f", a.LC[0].P99Ratio, ts.LC[0].P99Ratio)
+	}
+	if a.Controller == nil || a.Controller.Suspends == 0 || a.Controller.Suspends != a.Controller.Resumes {
+		t.Errorf("engine actions %+v", a.Controller)
 	}
 }

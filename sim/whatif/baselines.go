@@ -118,7 +118,7 @@ func resolve(cfg *Config) ([]baseline, error) {
 		j := slices.IndexFunc(known, func(b baseline) bool { return b.name == n })
 		if j < 0 {
 			if n == Arbiter {
-				return nil, ErrNeedsEngine
+				return nil, ErrNeedsPolicy
 			}
 			return nil, fmt.Errorf("unknown baseline %q (known: %s)", n, strings.Join(Names(), ", "))
 		}

@@ -161,7 +161,7 @@ func runJob(ctx context.Context, cfg *Config, j *job, draws *workload.Draws, pro
 		if err != nil {
 			return err
 		}
-		procs = append(procs, Process{PID: pid, Name: w.Name, Group: w.Group, Class: w.Class, GPU: w.GPU, SLO: w.SLO})
+		procs = append(procs, Process{PID: pid, Name: w.Name, Group: w.Group, Class: w.Class, GPU: w.GPU, SLO: w.SLO, Labels: w.Labels, Env: w.Env})
 	}
 	var ctl Controller
 	if newCtl != nil {

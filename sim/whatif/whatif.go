@@ -22,10 +22,10 @@ import (
 	"github.com/gpu-arbiter/arbiter/sim/workload"
 )
 
-// ErrNeedsEngine is returned for the arbiter baseline while no Extra
-// baseline of that name is supplied (until the engine can run inside the
-// simulator).
-var ErrNeedsEngine = errors.New("baseline arbiter: not yet available: needs the engine (policy + engine in the loop)")
+// ErrNeedsPolicy is returned for the arbiter baseline when no Extra
+// baseline of that name is supplied: the caller builds it from a policy
+// (`arbiter sim --policy DIR` does).
+var ErrNeedsPolicy = errors.New("baseline arbiter: needs a policy: give the policy directory (arbiter sim --policy DIR)")
 
 // DefaultControlLatency is the closed-loop baselines' driver control
 // latency unless the model sets one: the best figure available for taking
@@ -49,6 +49,8 @@ type Process struct {
 	GPU   int
 	// SLO is the LC workload's objective, nil if none.
 	SLO *workload.SLO
+	// Labels and Env are the spec's, for a policy to classify by.
+	Labels, Env map[string]string
 }
 
 // Controller closes the loop of a baseline: Run reads the source's events
@@ -74,9 +76,8 @@ type Classifier interface {
 }
 
 // ControllerFunc builds the controller of a closed-loop baseline for one
-// run. The arbiter baseline's will wrap the policy and engine packages:
-// policy loaded from Config.PolicyDir, engine reading src and enforcing on
-// enf.
+// run. The arbiter baseline's wraps the engine (EngineController) with a
+// policy's classifier: the caller loads the policy (arbiter sim --policy).
 type ControllerFunc func(src engine.DeadlineSource, enf engine.Enforcer, procs []Process) (Controller, error)
 
 // Config is one comparison.
@@ -99,8 +100,6 @@ type Config struct {
 	// Extra are closed-loop baselines supplied by the caller, run when
 	// named in Baselines.
 	Extra []Extra
-	// PolicyDir is the Rego policy directory of the arbiter baseline.
-	PolicyDir string
 	// TimelineWindow records GPU timelines from 0 to this time.
 	TimelineWindow time.Duration
 	// Parallel is how many simulations run at once (0: all of them, on

@@ -185,7 +185,7 @@ func TestBadConfig(t *testing.T) {
 		}
 	}
 	_, err := Run(context.Background(), config(t, f, time.Second, 1, Timeslice, Arbiter))
-	if !errors.Is(err, ErrNeedsEngine) || !strings.Contains(err.Error(), "not yet available: needs the engine") {
+	if !errors.Is(err, ErrNeedsPolicy) || !strings.Contains(err.Error(), "--policy DIR") {
 		t.Errorf("arbiter baseline: %v", err)
 	}
 }

@@ -31,6 +31,9 @@ type Workload struct {
 	SLO *SLO
 	// Source says where it comes from: "lc", "be" or "replay:FILE".
 	Source string
+	// Labels and Env are the spec's, for the policy of the arbiter
+	// baseline.
+	Labels, Env map[string]string
 
 	newProgram    func(seed, horizon uint64, d *dispatcher, draws *Draws) sim.Program
 	newDispatcher func(seed, horizon uint64) *dispatcher // LC workloads
@@ -140,7 +143,7 @@ func (f *File) Workloads() ([]Workload, error) {
 				name = fmt.Sprintf("%s/%d", lc.Name, r)
 			}
 			out = append(out, Workload{
-				Name: name, Group: lc.Name, Class: sim.ClassLC, GPU: lc.GPU, SLO: lc.SLO, Source: "lc",
+				Name: name, Group: lc.Name, Class: sim.ClassLC, GPU: lc.GPU, SLO: lc.SLO, Source: "lc", Labels: lc.Labels, Env: lc.Env,
 				newDispatcher: newDispatcher,
 				newProgram: func(seed, _ uint64, d *dispatcher, draws *Draws) sim.Program {
 					pcg := rand.NewPCG(0, 0)
@@ -164,7 +167,7 @@ func (f *File) Workloads() ([]Workload, error) {
 		}
 		k := newSampler(&be.Kernel)
 		out = append(out, Workload{
-			Name: be.Name, Group: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be",
+			Name: be.Name, Group: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be", Labels: be.Labels, Env: be.Env,
 			newProgram: func(seed, _ uint64, _ *dispatcher, draws *Draws) sim.Program {
 				pcg := rand.NewPCG(0, 0)
 				p := &beProgram{pcg: pcg, svc: rand.New(pcg), seed: seed, stream: ^nameHash(be.Name), kernel: k, every: every, gap: gap,

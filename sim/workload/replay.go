@@ -80,7 +80,7 @@ func (f *File) replay(i int, cm copyModel) ([]Workload, error) {
 		}
 		ops := replayOps(calls, rec.Start, class == sim.ClassLC, gap, rp.RequestEnd == "sync")
 		out = append(out, Workload{
-			Name: rp.Name, Group: rp.Name, Class: class, GPU: rp.GPU, SLO: rp.SLO, Source: "replay:" + r.File,
+			Name: rp.Name, Group: rp.Name, Class: class, GPU: rp.GPU, SLO: rp.SLO, Source: "replay:" + r.File, Labels: rp.Labels, Env: rp.Env,
 			newProgram: func(_, _ uint64, _ *dispatcher, _ *Draws) sim.Program {
 				return &replayProgram{ops: ops, lc: class == sim.ClassLC}
 			},

@@ -66,6 +66,10 @@ type LC struct {
 	// each its own CUDA process with its own channel group on GPU, taking
 	// requests from one shared queue as they become idle.
 	Replicas int `json:"replicas,omitempty"`
+	// Labels and Env are what a policy sees of the process in the arbiter
+	// baseline: its pod's labels and its ARBITER_* environment variables.
+	Labels map[string]string `json:"labels,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
 }
 
 // Arrival is how requests arrive.
@@ -128,6 +132,10 @@ type BE struct {
 	Kernel    Dist   `json:"kernel"`
 	SyncEvery int    `json:"sync_every,omitempty"`
 	HostGap   *Dist  `json:"host_gap,omitempty"`
+	// Labels and Env are what a policy sees of the process in the arbiter
+	// baseline: its pod's labels and its ARBITER_* environment variables.
+	Labels map[string]string `json:"labels,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
 }
 
 // Replay plays processes of a recorded trace.
@@ -146,6 +154,10 @@ type ReplayProcess struct {
 	Class string `json:"class"` // lc or be
 	GPU   int    `json:"gpu"`
 	SLO   *SLO   `json:"slo,omitempty"`
+	// Labels and Env are what a policy sees of the process in the arbiter
+	// baseline: its pod's labels and its ARBITER_* environment variables.
+	Labels map[string]string `json:"labels,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
 	// RequestGap is the idle gap that separates LC requests (default
 	// trace.DefaultIdleGap).
 	RequestGap Duration `json:"request_gap,omitempty"`
