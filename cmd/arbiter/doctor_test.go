@@ -323,7 +323,10 @@ func TestDoctorFakeTree(t *testing.T) {
 		!strings.Contains(rest, "forward-compatibility package: "+filepath.Join(compat, "libcuda.so.570.86.15")+" | fix: ") {
 		t.Errorf("libcuda: %s %s", st, rest)
 	}
-	if st, rest := checkLine(t, out, "nvml"); st != "OK" || rest != "libnvidia-ml.so.1 at "+filepath.Join(lib, "libnvidia-ml.so.1")+" (libnvidia-ml.so.550.54.15)" {
+	// The tree's NVML is the stub driver under NVML's name: found under
+	// the root, loaded, and refused for not being NVML.
+	if st, rest := checkLine(t, out, "nvml"); st != "WARN" || !strings.HasPrefix(rest, "NVML is not available: "+filepath.Join(lib, "libnvidia-ml.so.1")+" is not NVML: ") &&
+		!strings.Contains(rest, "built without cgo") {
 		t.Errorf("nvml: %s %s", st, rest)
 	}
 	if st, rest := checkLine(t, out, "client-validation"); st != "WARN" ||

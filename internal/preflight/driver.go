@@ -11,13 +11,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-arbiter/arbiter/gpu"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/nvrm"
 	"github.com/gpu-arbiter/arbiter/uprobe"
 )
-
-// nvmlLibrary is the NVML library the node inventory loads.
-const nvmlLibrary = "libnvidia-ml.so.1"
 
 // noDriverFix is what to do where no NVIDIA driver is loaded.
 const noDriverFix = "install the NVIDIA driver and load its kernel module (modprobe nvidia; nvidia-smi should list the GPUs); " +
@@ -77,25 +75,36 @@ func sameVersion(lib string, v nvrm.DriverVersion) bool {
 	return err == nil && lv == v
 }
 
-// checkNVML looks for the NVML library the GPU inventory loads (GPUs,
-// topology and per-process memory for the policies). It looks for the
-// file in the standard library directories rather than loading it, so
-// that a broken library cannot end the process.
+// checkNVML loads NVML as the GPU inventory does (gpu.Check: loaded,
+// initialized, versions and GPUs read, closed), for the GPUs and topology
+// the policies see. Under another root it loads that root's
+// libnvidia-ml.so.1, found in the standard library directories.
 func checkNVML(e *env) result {
-	var searched []string
-	for _, d := range uprobe.DefaultSearchDirs() {
-		p := filepath.Join(e.path(d), nvmlLibrary)
-		searched = append(searched, d)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-			detail := nvmlLibrary + " at " + p
-			if target, err := filepath.EvalSymlinks(p); err == nil && target != p {
-				detail += " (" + filepath.Base(target) + ")"
+	opts := &gpu.Options{}
+	if e.root != "/" {
+		var searched []string
+		for _, d := range uprobe.DefaultSearchDirs() {
+			p := filepath.Join(e.path(d), gpu.DefaultLibrary)
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				opts.LibraryPath = p
+				break
 			}
-			return result{OK, detail, ""}
+			searched = append(searched, d)
+		}
+		if opts.LibraryPath == "" {
+			return result{Warn, fmt.Sprintf("%s not found under %s in %s: policies see no GPU inventory or topology", gpu.DefaultLibrary, e.root, strings.Join(searched, ", ")),
+				"install the NVIDIA driver's NVML library (it ships with the driver); in a container, include utility in NVIDIA_DRIVER_CAPABILITIES"}
 		}
 	}
-	return result{Warn, fmt.Sprintf("%s not found in %s: policies see no GPU inventory or topology", nvmlLibrary, strings.Join(searched, ", ")),
-		"install the NVIDIA driver's NVML library (it ships with the driver; Debian and Ubuntu: libnvidia-compute or nvidia-utils; RHEL: nvidia-driver-NVML); in a container, include utility in NVIDIA_DRIVER_CAPABILITIES"}
+	a := gpu.Check(opts)
+	if !a.OK {
+		return result{Warn, a.Detail, a.Fix}
+	}
+	detail := "NVML works: " + a.Detail
+	if opts.LibraryPath != "" {
+		detail += " (" + opts.LibraryPath + ")"
+	}
+	return result{OK, detail, ""}
 }
 
 // checkDriver checks the loaded driver's version against channel
