@@ -102,6 +102,7 @@ type Engine struct {
 	opts  Options
 	now   uint64
 	procs map[uint32]*proc
+	execs map[uint32]string // names from exec events, until a first driver call
 	last  *proc
 	gpus  map[int]*gpuState
 	cls   map[string]*class
@@ -135,7 +136,7 @@ func New(src Source, enf Enforcer, opts *Options) (*Engine, error) {
 	if src == nil {
 		return nil, errors.New("engine: no event source")
 	}
-	e := &Engine{src: src, enf: enf, procs: map[uint32]*proc{}, gpus: map[int]*gpuState{}, cls: map[string]*class{}}
+	e := &Engine{src: src, enf: enf, procs: map[uint32]*proc{}, execs: map[uint32]string{}, gpus: map[int]*gpuState{}, cls: map[string]*class{}}
 	if opts != nil {
 		e.opts = *opts
 	}

@@ -134,7 +134,7 @@ func proc(t *testing.T, s *engine.Snapshot, pid uint32) engine.ProcessView {
 // return, and victims are held for all of it.
 func TestRequestSpansStages(t *testing.T) {
 	evs := []trace.Event{
-		exec(0, 10, "infer"), exec(0, 20, "train"),
+		exec(0, 10, "infer"), exec(0, 20, "train"), launch(us, 20),
 		launch(1000*us, 10), sync(1010*us, 10, 500*us), // ends 1510
 		launch(1540*us, 10), sync(1550*us, 10, 500*us), // ends 2050
 		launch(5000*us, 10), sync(5010*us, 10, 100*us), // a second request
@@ -145,7 +145,7 @@ func TestRequestSpansStages(t *testing.T) {
 	if lc.Latency.Requests != 2 || lc.Latency.Max < 1050*time.Microsecond || lc.Latency.Max > 1061*time.Microsecond {
 		t.Errorf("requests %d max %v, want 2 and 1.05ms", lc.Latency.Requests, lc.Latency.Max)
 	}
-	want := []string{"timeslice 10 gpu0 16000us", "interleave 10 high", "timeslice 20 gpu0 200us", "interleave 20 low",
+	want := []string{"timeslice 20 gpu0 200us", "interleave 20 low", "timeslice 10 gpu0 16000us", "interleave 10 high",
 		"suspend 20 gpu0", "resume 20 gpu0", "suspend 20 gpu0", "resume 20 gpu0"}
 	if !slices.Equal(enf.log, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)
@@ -170,7 +170,7 @@ func (s supported) Strongest(pid uint32) (sched.Level, string) {
 // the request ends; a suspend that fails falls back to the gate too.
 func TestGateWhereChannelsUnknown(t *testing.T) {
 	evs := []trace.Event{
-		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"),
+		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"), launch(us, 20), launch(us, 30),
 		launch(1000*us, 10), sync(1010*us, 10, 500*us),
 		launch(3000*us, 20),
 	}
@@ -184,7 +184,7 @@ func TestGateWhereChannelsUnknown(t *testing.T) {
 	if err := e.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"timeslice 10 gpu0 16000us", "interleave 10 high", "timeslice 30 gpu0 200us", "interleave 30 low",
+	want := []string{"timeslice 30 gpu0 200us", "interleave 30 low", "timeslice 10 gpu0 16000us", "interleave 10 high",
 		"gate 20", "suspend 30 gpu0", "gate 30", "ungate 20", "ungate 30"}
 	if !slices.Equal(enf.log, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)
@@ -208,7 +208,7 @@ func TestGateWhereChannelsUnknown(t *testing.T) {
 func TestExitReleases(t *testing.T) {
 	exit := trace.Event{Kind: trace.KindExit, PID: 20, TID: 20, Time: 1200 * us}
 	evs := []trace.Event{
-		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"),
+		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"), launch(us, 20), launch(us, 30),
 		launch(1000*us, 10), exit, launch(1300*us, 10),
 	}
 	e, enf := run(t, evs, engine.Options{IdleGap: 100 * time.Microsecond, RequestTimeout: time.Hour})
@@ -246,7 +246,7 @@ func TestVictimsChosenByPolicy(t *testing.T) {
 		return engine.Victims{Suspend: []engine.Suspension{{PID: 30, Reason: "lowest priority"}}}, nil
 	})
 	evs := []trace.Event{
-		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"),
+		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"), launch(us, 20), launch(us, 30),
 		launch(200*uint64(time.Millisecond), 10), sync(200*uint64(time.Millisecond)+10*us, 10, 500*us),
 	}
 	_, enf := run(t, evs, engine.Options{Victims: choose, IdleGap: 100 * time.Microsecond})

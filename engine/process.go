@@ -74,7 +74,9 @@ func (e *Engine) lookup(ev *trace.Event) *proc {
 	}
 	p := e.procs[ev.PID]
 	if p == nil {
-		p = e.add(ev.PID, "", ev.Cgroup)
+		comm := e.execs[ev.PID]
+		delete(e.execs, ev.PID)
+		p = e.add(ev.PID, comm, ev.Cgroup)
 	}
 	e.last = p
 	p.count(ev)
@@ -93,16 +95,25 @@ func (p *proc) count(ev *trace.Event) {
 	}
 }
 
+// maxExecs bounds the names of processes seen exec'ing that have not made
+// a driver call yet (most never will: they are not CUDA processes).
+const maxExecs = 1 << 16
+
+// exec notes a new program's name; it enters the table at its first
+// driver call, so that the table holds CUDA processes only.
 func (e *Engine) exec(ev *trace.Event) {
-	comm := ev.Proc.CommString()
 	if p := e.procs[ev.PID]; p != nil {
 		// exec replaced the image: a new program, classified anew.
 		e.remove(p, "exec replaced the process image")
 	}
-	e.add(ev.PID, comm, ev.Cgroup)
+	if len(e.execs) >= maxExecs {
+		clear(e.execs)
+	}
+	e.execs[ev.PID] = ev.Proc.CommString()
 }
 
 func (e *Engine) exit(pid uint32) {
+	delete(e.execs, pid)
 	if p := e.procs[pid]; p != nil {
 		e.remove(p, "exited")
 	}

@@ -26,6 +26,7 @@ applications or the driver.`,
 		newChannelsCmd(),
 		newRecoverCmd(),
 		newDoctorCmd(),
+		newRunCmd(),
 	)
 	return root
 }

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+
+	"github.com/gpu-arbiter/arbiter/config"
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/internal/sdnotify"
+	"github.com/gpu-arbiter/arbiter/nvrm"
+	"github.com/gpu-arbiter/arbiter/procfs"
+	"github.com/gpu-arbiter/arbiter/uprobe"
+)
+
+// runFlags are `arbiter run`'s own flags; the daemon's settings are
+// registered from package config's table.
+type runFlags struct {
+	config     string
+	requestGap time.Duration
+	cfg        config.Config
+}
+
+func newRunCmd() *cobra.Command {
+	f := &runFlags{cfg: config.Default()}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the daemon: trace CUDA processes, classify them by policy, enforce their SLOs",
+		Long: `Run the Arbiter daemon on this node: it traces every CUDA process with eBPF,
+classifies each by the policy (the embedded default unless --policy or the
+config file names a directory, which is hot-reloaded on change and on SIGHUP),
+and enforces the policy's preemption through the driver's channel control or
+the launch gate. It serves the HTTP API, console and /metrics on --listen and
+on a root-only unix socket that arbiter ps and arbiter status read.
+
+Settings come from the config file (--config, else /etc/arbiter/config.yaml
+when it exists), then the flags given, which win. SIGINT and SIGTERM undo every
+enforcement before exit; a killed daemon's leftovers are undone by the next
+start or by arbiter recover.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDaemon(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "YAML config file (default "+config.DefaultPath+" when it exists)")
+	fl.DurationVar(&f.requestGap, "request-gap", defaultRequestGap, "idle time after a latency-critical process's last synchronization that ends its request")
+	for _, s := range config.Settings() {
+		if s.Bool {
+			fl.Bool(s.Flag(), s.Get(&f.cfg) == "true", s.Usage)
+		} else {
+			fl.String(s.Flag(), s.Get(&f.cfg), s.Usage)
+		}
+	}
+	return cmd
+}
+
+// resolveConfig reads the config file, then applies the flags the user
+// gave.
+func resolveConfig(fl *pflag.FlagSet, path string) (config.Config, string, error) {
+	cfg, used, err := config.Resolve(path)
+	if err != nil {
+		return cfg, used, err
+	}
+	var ferr error
+	fl.Visit(func(fg *pflag.Flag) {
+		if fg.Name == "config" || fg.Name == "request-gap" || ferr != nil {
+			return
+		}
+		ferr = cfg.SetFlag(fg.Name, fg.Value.String())
+	})
+	if ferr != nil {
+		return cfg, used, ferr
+	}
+	return cfg, used, cfg.Validate()
+}
+
+// newLogger returns the daemon's logger: JSON unless stderr is a terminal
+// (auto) or the format says otherwise.
+func newLogger(cfg config.Config) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return zerolog.Nop(), fmt.Errorf("log level %q: %w", cfg.LogLevel, err)
+	}
+	text := cfg.LogFormat == "text" || cfg.LogFormat == "auto" && term.IsTerminal(int(os.Stderr.Fd()))
+	var l zerolog.Logger
+	if text {
+		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339})
+	} else {
+		l = zerolog.New(os.Stderr)
+	}
+	return l.Level(level).With().Timestamp().Logger(), nil
+}
+
+// daemonCaps are what the daemon needs at least: the eBPF probes.
+var daemonCaps = []caps.Cap{caps.BPF, caps.Perfmon}
+
+func runDaemon(cmd *cobra.Command, f *runFlags) error {
+	cfg, used, err := resolveConfig(cmd.Flags(), f.config)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	if f.requestGap < 0 {
+		return errors.New("--request-gap must not be negative")
+	}
+	log.Info().Str("version", version).Str("config", orNone(used)).Msg("arbiter starting")
+	if err := caps.Require("running the daemon", daemonCaps...); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	d := &daemon{cfg: cfg, log: log, requestGap: f.requestGap, proc: procfs.New("/")}
+	return d.run(ctx)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none (defaults and flags)"
+	}
+	return s
+}
+
+// daemon is one run of `arbiter run`: what it opened, so that it closes
+// everything whatever way it stops.
+type daemon struct {
+	cfg        config.Config
+	log        zerolog.Logger
+	requestGap time.Duration
+	proc       *procfs.FS
+	keeper     *nvrm.Keeper
+	tracer     *uprobe.Tracer
+	policy     *livePolicy
+	eng        *engine.Engine
+}
+
+// nvrmStateDir is where the daemon's driver registry and its lock live;
+// arbiter recover reads the same place.
+func nvrmStateDir(cfg config.Config) string { return filepath.Join(cfg.StateDir, "nvrm") }
+
+func (d *daemon) run(ctx context.Context) (err error) {
+	defer func() {
+		if cerr := d.close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	// Policy first: a policy that fails its checks keeps the daemon from
+	// starting, before it touches anything.
+	if d.policy, err = openPolicy(ctx, d.cfg.Policy, d.log); err != nil {
+		return err
+	}
+	if err := nvrm.MountBPFFS(d.cfg.BPFFS); err != nil {
+		return fmt.Errorf("bpffs at %s (--bpffs): %w", d.cfg.BPFFS, err)
+	}
+	enf := &liveEnforcer{}
+	if err := d.openDriver(enf); err != nil {
+		return err
+	}
+	d.tracer, err = uprobe.Open(&uprobe.Options{GatePinDir: d.cfg.BPFFS})
+	if err != nil {
+		return caps.Diagnose("tracing CUDA calls", fmt.Errorf("start tracing: %w", err), caps.ProbeFeature, tracingNeeds...)
+	}
+	enf.tracer, enf.gate = d.tracer, d.tracer.Gate()
+	// A killed daemon's gated processes: the pinned map outlived it.
+	if rel, rerr := enf.gate.ReleaseAll(); rerr != nil || len(rel) > 0 {
+		d.log.Warn().Err(rerr).Int("released", len(rel)).Msg("released processes a previous daemon left gated")
+	}
+	node := newNodeInfo(d.log, enf)
+	enf.node = node
+	src := engine.NewLive(d.tracer)
+	opts := engine.Options{
+		Classifier: d.policy.classifier(node.policyNode, d.proc),
+		Placement:  enf,
+		IdleGap:    d.requestGap,
+		Feedback:   true,
+	}
+	if v := d.policy.victims(node.policyNode); v != nil {
+		opts.Victims = v
+	}
+	if d.eng, err = engine.New(src, enf, &opts); err != nil {
+		return err
+	}
+	d.policy.onReload(func(why string) {
+		d.eng.Post(func(e *engine.Engine) { e.Reclassify(nil, why) })
+	})
+	api, err := d.serveAPI(node)
+	if err != nil {
+		return err
+	}
+	defer api.stop(d.log)
+	go d.keep(ctx)
+	go d.signals(ctx)
+	api.ready()
+	if _, err := sdnotify.Ready(); err != nil {
+		d.log.Warn().Err(err).Msg("systemd notification failed")
+	}
+	go d.watchdog(ctx)
+	d.log.Info().Str("listen", d.cfg.Listen).Str("socket", d.cfg.Socket).Str("policy", d.policy.describe()).
+		Str("channel_control", enf.describe()).Msg("arbiter running")
+	err = d.eng.Run(ctx)
+	_, _ = sdnotify.Stopping()
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	d.log.Info().Msg("arbiter stopped: every enforcement undone")
+	return nil
+}
+
+// openDriver opens the driver registry and channel control; a node with
+// no driver, or one whose version channel control does not support, runs
+// with the launch gate only, and says why.
+func (d *daemon) openDriver(enf *liveEnforcer) error {
+	layout, lerr := nvrm.DetectLayout("/", &nvrm.LayoutOptions{AllowUnverified: d.cfg.AllowUnverifiedDriver})
+	opts := &nvrm.KeeperOptions{StateDir: nvrmStateDir(d.cfg), Trace: nvrm.TraceAlways,
+		Tracer: nvrm.TracerOptions{PinPath: filepath.Join(d.cfg.BPFFS, "nvrm")}}
+	if lerr == nil {
+		opts.Controller = nvrm.ControllerOptions{Layout: layout}
+	}
+	k, err := nvrm.OpenKeeper(opts)
+	if err != nil {
+		if errors.Is(err, nvrm.ErrKeeperRunning) {
+			return fmt.Errorf("another arbiter is running on this node: %w", err)
+		}
+		return caps.Diagnose("tracing driver calls", fmt.Errorf("open the driver registry in %s: %w", opts.StateDir, err),
+			caps.ProbeFeature, tracingNeeds...)
+	}
+	d.keeper = k
+	if k.ResumeErr != nil {
+		d.log.Warn().Err(k.ResumeErr).Msg("resuming channel groups a previous daemon left suspended")
+	}
+	enf.reg = k.Registry()
+	switch {
+	case lerr != nil:
+		enf.ctlWhy = lerr.Error()
+		d.log.Warn().Err(lerr).Msg("no driver channel control: best-effort work is gated at its launches instead")
+	case k.Controller() == nil:
+		enf.ctlWhy = "channel control unavailable"
+	default:
+		enf.ctl = k.Controller()
+	}
+	return nil
+}
+
+// keep feeds the driver trace into the registry until ctx ends.
+func (d *daemon) keep(ctx context.Context) {
+	if err := d.keeper.Run(ctx, nil); err != nil {
+		d.log.Error().Err(err).Msg("driver trace stopped: channel handles of new processes are no longer learned")
+	}
+}
+
+// signals reloads the policy on SIGHUP.
+func (d *daemon) signals(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_, _ = sdnotify.Reloading()
+			d.policy.reload(ctx)
+			_, _ = sdnotify.Ready()
+		}
+	}
+}
+
+// watchdog pings systemd's watchdog at half its interval while the
+// engine's snapshot keeps advancing.
+func (d *daemon) watchdog(ctx context.Context) {
+	iv, err := sdnotify.WatchdogInterval()
+	if err != nil || iv <= 0 {
+		return
+	}
+	t := time.NewTicker(iv / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = sdnotify.Watchdog()
+		}
+	}
+}
+
+// close undoes what run opened, in reverse: the tracer opens every gate,
+// the keeper resumes every group still suspended.
+func (d *daemon) close() error {
+	var errs []error
+	if d.tracer != nil {
+		errs = append(errs, d.tracer.Close())
+	}
+	if d.keeper != nil {
+		errs = append(errs, d.keeper.Close())
+	}
+	if d.policy != nil {
+		errs = append(errs, d.policy.close())
+	}
+	return errors.Join(errs...)
+}

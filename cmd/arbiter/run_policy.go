@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/policy"
+	"github.com/gpu-arbiter/arbiter/policy/input"
+	"github.com/gpu-arbiter/arbiter/procfs"
+	"github.com/gpu-arbiter/arbiter/rego"
+)
+
+// livePolicy is the daemon's policy: a watched directory, hot-reloaded
+// only when the new policy loads, checks and passes its own tests, or the
+// embedded default.
+type livePolicy struct {
+	dir      string // "" for the embedded default
+	watcher  *policy.Watcher
+	fixed    *policy.Policy
+	log      zerolog.Logger
+	mu       sync.Mutex
+	reloaded func(why string)
+}
+
+// openPolicy loads the policy the daemon starts with; an error names every
+// problem with its file:row:col, and the daemon does not start.
+func openPolicy(ctx context.Context, dir string, log zerolog.Logger) (*livePolicy, error) {
+	lp := &livePolicy{dir: dir, log: log}
+	if dir == "" {
+		p, err := policy.LoadFS(ctx, rego.Default(), ".", nil)
+		if err != nil {
+			return nil, err
+		}
+		lp.fixed = p
+		return lp, nil
+	}
+	w, err := policy.Watch(ctx, dir, &policy.WatchOptions{OnReload: lp.onChange})
+	if err != nil {
+		return nil, err
+	}
+	lp.watcher = w
+	return lp, nil
+}
+
+// onChange is the watcher's callback after every reload attempt.
+func (lp *livePolicy) onChange(p *policy.Policy, err error) {
+	if err != nil {
+		lp.log.Error().Err(err).Str("policy", lp.dir).Msg("policy change rejected: the last good policy stays in force")
+		return
+	}
+	lp.log.Info().Str("revision", p.Revision()).Msg("policy reloaded: reclassifying every process")
+	lp.mu.Lock()
+	fn := lp.reloaded
+	lp.mu.Unlock()
+	if fn != nil {
+		fn("policy reload to revision " + p.Revision())
+	}
+}
+
+// onReload registers what to do after a policy was swapped in.
+func (lp *livePolicy) onReload(fn func(why string)) {
+	lp.mu.Lock()
+	lp.reloaded = fn
+	lp.mu.Unlock()
+}
+
+// current is the policy in force.
+func (lp *livePolicy) current() *policy.Policy {
+	if lp.watcher != nil {
+		return lp.watcher.Policy()
+	}
+	return lp.fixed
+}
+
+// reload re-reads the directory now (SIGHUP).
+func (lp *livePolicy) reload(ctx context.Context) {
+	if lp.watcher == nil {
+		lp.log.Info().Msg("SIGHUP: the embedded default policy is in force; nothing to reload")
+		return
+	}
+	if err := lp.watcher.Reload(ctx); err != nil {
+		lp.log.Error().Err(err).Msg("SIGHUP reload rejected: the last good policy stays in force")
+	}
+}
+
+func (lp *livePolicy) describe() string {
+	if lp.dir == "" {
+		return "embedded default, revision " + lp.fixed.Revision()
+	}
+	return lp.dir + ", revision " + lp.current().Revision()
+}
+
+func (lp *livePolicy) close() error {
+	if lp.watcher != nil {
+		return lp.watcher.Close()
+	}
+	return nil
+}
+
+// classifier classifies live processes: their input is read from /proc.
+func (lp *livePolicy) classifier(node func() policy.Node, proc *procfs.FS) engine.Classifier {
+	return &policyClassifier{current: lp.current, node: node, timeout: policy.DefaultEvalTimeout,
+		describe: func(p engine.ProcessInfo) (input.Process, error) {
+			return input.ReadProcess(proc, int(p.Key.PID), nil)
+		}}
+}
+
+// victims is the policy's control-loop entry point, nil when the policy in
+// force has none at start (a reload that adds one takes effect at the next
+// start).
+func (lp *livePolicy) victims(node func() policy.Node) engine.VictimChooser {
+	if !lp.current().HasVictims() {
+		return nil
+	}
+	return &policyVictims{current: lp.current, node: node, timeout: 50 * time.Millisecond}
+}

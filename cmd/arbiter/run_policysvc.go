@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing/fstest"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/policy"
+	"github.com/gpu-arbiter/arbiter/policy/input"
+	"github.com/gpu-arbiter/arbiter/procfs"
+	"github.com/gpu-arbiter/arbiter/web"
+)
+
+// policyService serves the API's policy endpoints for the daemon. Every
+// change takes the way a change on disk takes: the candidate is loaded,
+// checked and its Rego tests run first; then its files are written
+// atomically into the policy directory and the watcher reloads them, with
+// the same checks again. A candidate that fails is never applied, and the
+// previous files are put back if the reload refuses them.
+type policyService struct {
+	lp   *livePolicy
+	eng  func() *engine.Engine
+	proc *procfs.FS
+	node func() policy.Node
+	mu   sync.Mutex
+	hist []revision
+}
+
+// revision is one applied policy and its files, for rollback.
+type revision struct {
+	web.PolicyRevision
+	files web.PolicyFiles
+}
+
+var _ web.PolicyService = (*policyService)(nil)
+
+// errEmbedded refuses changes when the daemon runs the embedded policy.
+var errEmbedded = errors.New("the daemon runs the embedded default policy: start it with --policy DIR (or policy: in the config file) to manage policies through the API")
+
+func newPolicyService(lp *livePolicy, eng func() *engine.Engine, proc *procfs.FS, node func() policy.Node) *policyService {
+	s := &policyService{lp: lp, eng: eng, proc: proc, node: node}
+	files, _ := s.readDir()
+	s.hist = append(s.hist, revision{PolicyRevision: web.PolicyRevision{Revision: lp.current().Revision(), AppliedAt: time.Now().UTC(),
+		Files: sortedNames(files), Origin: "startup"}, files: files})
+	return s
+}
+
+// Status implements web.PolicyService.
+func (s *policyService) Status() web.PolicyStatus {
+	pol := s.lp.current()
+	st := web.PolicyStatus{Revision: pol.Revision()}
+	for name := range pol.Source().Modules {
+		st.Files = append(st.Files, name)
+	}
+	slices.Sort(st.Files)
+	if s.lp.watcher == nil {
+		return st
+	}
+	ws := s.lp.watcher.Status()
+	st.LoadedAt, st.LastError, st.LastErrorAt, st.Reloads, st.Rejected, st.Evaluator =
+		ws.LoadedAt, ws.LastError, ws.LastErrorAt, ws.Reloads, ws.Rejected, string(ws.Evaluator)
+	if ws.LastError != "" {
+		st.Diagnostics = []policy.Diagnostic{{Code: policy.CodeLoad, Message: ws.LastError}}
+	}
+	return st
+}
+
+// candidate loads, checks and tests files as the watcher would.
+func (s *policyService) candidate(ctx context.Context, files web.PolicyFiles) (*policy.Policy, error) {
+	if len(files) == 0 {
+		return nil, &policy.Error{Source: "request", Diagnostics: []policy.Diagnostic{{Code: policy.CodeLoad, Message: "no policy files given"}}}
+	}
+	fsys := fstest.MapFS{}
+	for name, b := range files {
+		if name != filepath.Base(name) || strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".rego") || name == "data.json" || name == "data.yaml") {
+			return nil, &policy.Error{Source: "request", Diagnostics: []policy.Diagnostic{{Code: policy.CodeLoad,
+				Message: fmt.Sprintf("file name %q: want a plain NAME.rego, data.json or data.yaml (no directories, no leading dot)", name)}}}
+		}
+		fsys[name] = &fstest.MapFile{Data: b, Mode: 0o644}
+	}
+	src, err := policy.ReadFS(fsys, "candidate", nil)
+	if err != nil {
+		return nil, err
+	}
+	pol, err := policy.New(ctx, src, nil)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := policy.Test(ctx, src, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !rep.OK() {
+		var ds []policy.Diagnostic
+		for _, r := range rep.Results {
+			if r.Outcome == "fail" || r.Outcome == "error" {
+				msg := "test " + r.Name + ": " + r.Outcome
+				if r.Error != "" {
+					msg += ": " + r.Error
+				}
+				ds = append(ds, policy.Diagnostic{Code: policy.CodeTest, Message: msg, File: r.File, Row: r.Row})
+			}
+		}
+		return nil, &policy.Error{Source: "candidate", Revision: src.Revision, Diagnostics: ds}
+	}
+	return pol, nil
+}
+
+// Validate implements web.PolicyService.
+func (s *policyService) Validate(ctx context.Context, files web.PolicyFiles) ([]policy.Diagnostic, error) {
+	if _, err := s.candidate(ctx, files); err != nil {
+		var pe *policy.Error
+		if errors.As(err, &pe) {
+			return pe.Diagnostics, nil
+		}
+		return policy.Diagnostics(err), nil
+	}
+	return nil, nil
+}
+
+// DryRun implements web.PolicyService: every live process classified by
+// the candidate beside what it is now.
+func (s *policyService) DryRun(ctx context.Context, files web.PolicyFiles) ([]web.ClassChange, error) {
+	pol, err := s.candidate(ctx, files)
+	if err != nil {
+		return nil, err
+	}
+	snap := s.eng().Snapshot()
+	out := make([]web.ClassChange, 0, len(snap.Processes))
+	for _, p := range snap.Processes {
+		in, rerr := input.ReadProcess(s.proc, int(p.PID), nil)
+		if rerr != nil {
+			in = input.Process{PID: int(p.PID), Comm: p.Comm}
+		}
+		in.GPUs = p.GPUs
+		d, cerr := pol.Classify(ctx, policy.Input{Process: in, Node: s.node()})
+		plan := d.Compile()
+		c := web.ClassChange{PID: p.PID, Comm: p.Comm, FromClass: p.Class, ToClass: plan.Class, FromLevel: p.Planned, ToLevel: plan.Level, Reason: d.Reason}
+		if cerr != nil {
+			c.Fallback = cerr.Error()
+		}
+		c.Changed = c.FromClass != c.ToClass || c.FromLevel != c.ToLevel
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Apply implements web.PolicyService.
+func (s *policyService) Apply(ctx context.Context, files web.PolicyFiles) (string, error) {
+	return s.apply(ctx, files, "api")
+}
+
+// Rollback implements web.PolicyService.
+func (s *policyService) Rollback(ctx context.Context, rev string) (string, error) {
+	s.mu.Lock()
+	i := slices.IndexFunc(s.hist, func(r revision) bool { return r.Revision == rev })
+	var files web.PolicyFiles
+	if i >= 0 {
+		files = s.hist[i].files
+	}
+	s.mu.Unlock()
+	if i < 0 || files == nil {
+		return "", fmt.Errorf("%w: %q", web.ErrUnknownRevision, rev)
+	}
+	return s.apply(ctx, files, "rollback")
+}
+
+// History implements web.PolicyService.
+func (s *policyService) History() []web.PolicyRevision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.lp.current().Revision()
+	out := make([]web.PolicyRevision, 0, len(s.hist))
+	for i := len(s.hist) - 1; i >= 0; i-- {
+		r := s.hist[i].PolicyRevision
+		r.Current = r.Revision == cur && !slices.ContainsFunc(out, func(x web.PolicyRevision) bool { return x.Current })
+		out = append(out, r)
+	}
+	return out
+}
+
+func (s *policyService) apply(ctx context.Context, files web.PolicyFiles, origin string) (string, error) {
+	if s.lp.watcher == nil {
+		return "", errEmbedded
+	}
+	if _, err := s.candidate(ctx, files); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, err := s.readDir()
+	if err != nil {
+		return "", err
+	}
+	if err := writeDir(s.lp.dir, files, old); err != nil {
+		return "", err
+	}
+	if err := s.lp.watcher.Reload(ctx); err != nil {
+		// The watcher refused it: put the previous files back so that the
+		// directory says what is in force.
+		if rerr := writeDir(s.lp.dir, old, files); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("restore the previous files: %w", rerr))
+		}
+		return "", err
+	}
+	rev := s.lp.current().Revision()
+	s.hist = append(s.hist, revision{PolicyRevision: web.PolicyRevision{Revision: rev, AppliedAt: time.Now().UTC(), Files: sortedNames(files), Origin: origin}, files: files})
+	return rev, nil
+}
+
+// readDir reads the policy directory's files (nil for the embedded policy).
+func (s *policyService) readDir() (web.PolicyFiles, error) {
+	if s.lp.dir == "" {
+		return nil, nil
+	}
+	ents, err := os.ReadDir(s.lp.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read the policy directory: %w", err)
+	}
+	files := web.PolicyFiles{}
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") || e.IsDir() || !(strings.HasSuffix(n, ".rego") || n == "data.json" || n == "data.yaml") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.lp.dir, n))
+		if err != nil {
+			return nil, fmt.Errorf("read the policy directory: %w", err)
+		}
+		files[n] = b
+	}
+	return files, nil
+}
+
+// writeDir makes dir hold files: each written to a temporary file and
+// renamed over its name (a reader sees the old or the new file, never a
+// part), then the files of prev that files lacks removed.
+func writeDir(dir string, files, prev web.PolicyFiles) error {
+	for _, n := range sortedNames(files) {
+		tmp, err := os.CreateTemp(dir, "."+n+".*")
+		if err != nil {
+			return fmt.Errorf("write policy file %s: %w", n, err)
+		}
+		_, werr := tmp.Write(files[n])
+		if err := errors.Join(werr, tmp.Sync(), tmp.Chmod(0o644), tmp.Close()); err != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("write policy file %s: %w", n, err)
+		}
+		if err := os.Rename(tmp.Name(), filepath.Join(dir, n)); err != nil {
+			os.Remove(tmp.Name())
+			return fmt.Errorf("write policy file %s: %w", n, err)
+		}
+	}
+	for n := range prev {
+		if _, keep := files[n]; !keep {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove policy file %s: %w", n, err)
+			}
+		}
+	}
+	return nil
+}
+
+func sortedNames(files web.PolicyFiles) []string {
+	out := make([]string, 0, len(files))
+	for n := range files {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
