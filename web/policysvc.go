@@ -1,0 +1,141 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/policy"
+	"github.com/gpu-arbiter/arbiter/sched"
+)
+
+// PolicyService is what the policy endpoints need of the daemon, which
+// owns the policy directory and its watcher. Every change it makes goes
+// the way a change on disk goes: Apply and Rollback write the files into
+// the policy directory atomically and reload through the watcher, which
+// loads, checks and runs the policy's Rego tests before swapping; a
+// policy that fails any of it is never applied and the one in force
+// stays.
+//
+// Errors that are the policy's fault wrap a *policy.Error (the API
+// answers 422 with its diagnostics); ErrUnknownRevision answers 404;
+// anything else is the daemon's failure (500).
+type PolicyService interface {
+	// Status says which policy is in force and how the last reload went.
+	Status() PolicyStatus
+	// Validate loads, checks and tests files without applying them; no
+	// diagnostics means they would be applied.
+	Validate(ctx context.Context, files PolicyFiles) ([]policy.Diagnostic, error)
+	// DryRun classifies the running processes with files and says, for
+	// each, what would change.
+	DryRun(ctx context.Context, files PolicyFiles) ([]ClassChange, error)
+	// Apply replaces the policy directory's files with files and reloads;
+	// it returns the new revision.
+	Apply(ctx context.Context, files PolicyFiles) (string, error)
+	// History lists the revisions applied since the daemon started, the
+	// newest first.
+	History() []PolicyRevision
+	// Rollback applies an earlier revision again, the same way as Apply,
+	// and returns the revision now in force.
+	Rollback(ctx context.Context, revision string) (string, error)
+}
+
+// ErrUnknownRevision is the error of a Rollback to a revision the
+// service does not keep.
+var ErrUnknownRevision = errors.New("unknown policy revision")
+
+// PolicyFiles are a policy's files by relative path: Rego modules
+// (*.rego, tests included) and data.json / data.yaml.
+type PolicyFiles map[string][]byte
+
+// Limits of PolicyFiles.
+const (
+	MaxPolicyFiles    = 256
+	maxPolicyPathLen  = 255
+	maxPolicyPathDeep = 8
+)
+
+// Check refuses a set of files that could not be written safely into a
+// policy directory: none, too many, a path that is absolute, climbs out
+// with "..", is hidden, or names a file the loader would not read.
+func (f PolicyFiles) Check() error {
+	if len(f) == 0 {
+		return errors.New("no policy files: send at least one .rego file")
+	}
+	if len(f) > MaxPolicyFiles {
+		return fmt.Errorf("%d policy files, more than the %d allowed", len(f), MaxPolicyFiles)
+	}
+	for name := range f {
+		if err := checkPolicyPath(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkPolicyPath(name string) error {
+	switch {
+	case name == "" || len(name) > maxPolicyPathLen:
+		return fmt.Errorf("policy file name %q: want 1 to %d characters", name, maxPolicyPathLen)
+	case strings.ContainsAny(name, "\\\x00") || path.IsAbs(name) || path.Clean(name) != name:
+		return fmt.Errorf("policy file name %q: want a clean relative path with forward slashes", name)
+	case strings.Count(name, "/") >= maxPolicyPathDeep:
+		return fmt.Errorf("policy file name %q: nested deeper than %d directories", name, maxPolicyPathDeep)
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." || strings.HasPrefix(part, ".") {
+			return fmt.Errorf("policy file name %q: no hidden files or \"..\"", name)
+		}
+	}
+	base := path.Base(name)
+	if !strings.HasSuffix(base, ".rego") && base != "data.json" && base != "data.yaml" && base != "data.yml" {
+		return fmt.Errorf("policy file name %q: the loader reads only *.rego, data.json and data.yaml", name)
+	}
+	return nil
+}
+
+// PolicyStatus says which policy is in force and how the last reload went.
+type PolicyStatus struct {
+	Revision string    `json:"revision"`
+	Files    []string  `json:"files"`
+	LoadedAt time.Time `json:"loaded_at"`
+	// LastError is why the most recent attempt was rejected (empty when it
+	// was applied); Diagnostics its problems with file:row:col.
+	LastError   string              `json:"last_error,omitempty"`
+	LastErrorAt time.Time           `json:"last_error_at,omitzero"`
+	Diagnostics []policy.Diagnostic `json:"diagnostics,omitempty"`
+	// Reloads counts policies applied, Rejected those refused, since the
+	// daemon started.
+	Reloads   int    `json:"reloads"`
+	Rejected  int    `json:"rejected"`
+	Evaluator string `json:"evaluator,omitempty"`
+}
+
+// PolicyRevision is one revision the service applied.
+type PolicyRevision struct {
+	Revision  string    `json:"revision"`
+	AppliedAt time.Time `json:"applied_at"`
+	Files     []string  `json:"files"`
+	// Origin says how it came: "startup", "file" (changed on disk),
+	// "api" or "rollback".
+	Origin  string `json:"origin"`
+	Current bool   `json:"current"`
+}
+
+// ClassChange is what a policy would decide for one running process.
+type ClassChange struct {
+	PID       uint32      `json:"pid"`
+	Comm      string      `json:"comm"`
+	FromClass string      `json:"from_class"`
+	ToClass   string      `json:"to_class"`
+	FromLevel sched.Level `json:"from_level"`
+	ToLevel   sched.Level `json:"to_level"`
+	Changed   bool        `json:"changed"`
+	Reason    string      `json:"reason,omitempty"`
+	// Fallback, when set, is why the new policy's own decision could not
+	// be used and its default would apply.
+	Fallback string `json:"fallback,omitempty"`
+}

@@ -1,0 +1,281 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/time/rate"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+)
+
+// SnapshotSource gives the engine's latest snapshot; *engine.Engine is
+// one. Snapshot must be safe from any goroutine and never return nil.
+type SnapshotSource interface {
+	Snapshot() *engine.Snapshot
+}
+
+// HistogramSource is implemented by a SnapshotSource that can also give
+// each class's latency histogram (*engine.Engine does); /metrics then
+// exports a real histogram and SLO request counters beside the
+// percentiles of the snapshot.
+type HistogramSource interface {
+	LatencyHistograms(ctx context.Context, bounds []float64) (map[string]engine.LatencyHistogram, error)
+}
+
+// CaptureStats counts what the event capture (the eBPF tracer) saw: events
+// read, events dropped because the ring buffer was full, and records that
+// did not decode.
+type CaptureStats struct {
+	Events, Dropped, DecodeErrors uint64
+}
+
+// Options configures a Server.
+type Options struct {
+	// Snapshots is the engine (required).
+	Snapshots SnapshotSource
+	// Node describes the machine, for /status and /gpus.
+	Node Node
+	// Policy serves the policy endpoints; nil: they answer 503.
+	Policy PolicyService
+	// TokenFile holds the bearer token that mutating requests need; it is
+	// created (mode 0600, directory 0700) with a random token when missing
+	// (required).
+	TokenFile string
+	// Capture, when set, reports the event capture's counters for /metrics.
+	Capture func() CaptureStats
+	// Console, when set, serves every path outside the API, the probes
+	// and /metrics (the web console, package web/console).
+	Console http.Handler
+	// Version is the daemon's version string.
+	Version string
+	// Logger receives request errors and server events.
+	Logger zerolog.Logger
+	// Limits; zero fields take their defaults.
+	Limits Limits
+}
+
+// Limits bound what clients may ask of the server.
+type Limits struct {
+	// MaxBodyBytes caps a request body (default 1 MiB).
+	MaxBodyBytes int64
+	// MutationsPerSecond and MutationBurst rate-limit POST requests, all
+	// clients together (default 5/s, burst 10).
+	MutationsPerSecond float64
+	MutationBurst      int
+	// SnapshotInterval is the shortest time between two snapshot events
+	// of the stream (default 1 s).
+	SnapshotInterval time.Duration
+	// Heartbeat is the period of the stream's keep-alive comments
+	// (default 15 s).
+	Heartbeat time.Duration
+	// MaxStreams caps concurrent event streams (default 64).
+	MaxStreams int
+	// StreamBuffer is how many events may wait for one slow stream client
+	// before it is dropped (default 16).
+	StreamBuffer int
+	// WriteTimeout bounds one write to a stream client (default 10 s).
+	WriteTimeout time.Duration
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxBodyBytes       = 1 << 20
+	DefaultMutationsPerSecond = 5
+	DefaultMutationBurst      = 10
+	DefaultSnapshotInterval   = time.Second
+	DefaultHeartbeat          = 15 * time.Second
+	DefaultMaxStreams         = 64
+	DefaultStreamBuffer       = 16
+	DefaultWriteTimeout       = 10 * time.Second
+)
+
+func (l *Limits) withDefaults() Limits {
+	o := *l
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MutationsPerSecond <= 0 {
+		o.MutationsPerSecond = DefaultMutationsPerSecond
+	}
+	if o.MutationBurst <= 0 {
+		o.MutationBurst = DefaultMutationBurst
+	}
+	if o.SnapshotInterval <= 0 {
+		o.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = DefaultMaxStreams
+	}
+	if o.StreamBuffer <= 0 {
+		o.StreamBuffer = DefaultStreamBuffer
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	return o
+}
+
+// Server is the daemon's HTTP server: API, event stream, probes and
+// metrics. One Server may listen on a Unix socket and a TCP address at
+// once.
+type Server struct {
+	opts    Options
+	lim     Limits
+	log     zerolog.Logger
+	token   []byte
+	started time.Time
+	ready   atomic.Bool
+	echo    *echo.Echo
+	handler http.Handler
+	reg     *prometheus.Registry
+	http    *httpMetrics
+	rates   *rates
+	hub     *hub
+	limiter *rate.Limiter
+
+	mu      sync.Mutex
+	servers []*http.Server
+	closed  bool
+	done    chan struct{} // closed by Shutdown: streams end
+	wg      sync.WaitGroup
+}
+
+// New builds a Server: it reads or creates the token file and starts the
+// event stream's broadcaster, which Shutdown stops.
+func New(opts Options) (*Server, error) {
+	if opts.Snapshots == nil {
+		return nil, errors.New("web: no snapshot source: pass the engine as Options.Snapshots")
+	}
+	if opts.TokenFile == "" {
+		return nil, errors.New("web: no token file: set Options.TokenFile (for example /var/lib/arbiter/api.token)")
+	}
+	tok, err := LoadOrCreateToken(opts.TokenFile)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, lim: opts.Limits.withDefaults(), log: opts.Logger, token: tok,
+		started: time.Now(), done: make(chan struct{})}
+	s.limiter = rate.NewLimiter(rate.Limit(s.lim.MutationsPerSecond), s.lim.MutationBurst)
+	s.rates = newRates(opts.Snapshots)
+	s.hub = newHub(s.lim.StreamBuffer)
+	s.reg = prometheus.NewRegistry()
+	if s.http, err = s.registerMetrics(); err != nil {
+		return nil, err
+	}
+	s.echo = s.routes()
+	s.handler = secure(crossOrigin(http.HandlerFunc(s.dispatch)))
+	s.wg.Add(1)
+	go s.broadcast()
+	return s, nil
+}
+
+// dispatch sends the API, the probes and /metrics to echo and the rest to
+// the console.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	if s.opts.Console == nil || strings.HasPrefix(p, APIPrefix+"/") || p == APIPrefix || p == "/metrics" || p == "/healthz" || p == "/readyz" {
+		s.echo.ServeHTTP(w, r)
+		return
+	}
+	s.opts.Console.ServeHTTP(w, r)
+}
+
+// Handler returns the server's whole HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// SetReady sets what /readyz answers: 503 until the daemon says it is
+// ready (the engine runs and the policy is loaded).
+func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
+
+// ServeTCP serves on addr until Shutdown. With tlsCert and tlsKey it
+// serves HTTPS; without them it refuses any address but loopback, where
+// the bearer token would otherwise cross the network in clear.
+func (s *Server) ServeTCP(addr, tlsCert, tlsKey string) error {
+	if (tlsCert == "") != (tlsKey == "") {
+		return fmt.Errorf("web: serve %s: give both a TLS certificate and a key, or neither", addr)
+	}
+	if tlsCert == "" && !loopback(addr) {
+		return fmt.Errorf("web: serve %s without TLS would send the API token in clear: give a TLS certificate and key, or listen on 127.0.0.1 or [::1]", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("web: listen on %s: %w", addr, err)
+	}
+	return s.serve(l, tlsCert, tlsKey)
+}
+
+// Serve serves plain HTTP on a listener the caller made, until Shutdown.
+func (s *Server) Serve(l net.Listener) error { return s.serve(l, "", "") }
+
+func (s *Server) serve(l net.Listener, cert, key string) error {
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10, ErrorLog: nil}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return http.ErrServerClosed
+	}
+	s.servers = append(s.servers, hs)
+	s.mu.Unlock()
+	s.log.Info().Str("addr", l.Addr().String()).Bool("tls", cert != "").Msg("api listening")
+	var err error
+	if cert != "" {
+		err = hs.ServeTLS(l, cert, key)
+	} else {
+		err = hs.Serve(l)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("web: serve %s: %w", l.Addr(), err)
+}
+
+// Shutdown ends every event stream, stops accepting requests and waits
+// for those in flight until ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	first := !s.closed
+	s.closed = true
+	servers := s.servers
+	s.mu.Unlock()
+	if first {
+		close(s.done)
+	}
+	var errs []error
+	for _, hs := range servers {
+		if err := hs.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("web: shut down %s: %w", hs.Addr, err))
+		}
+	}
+	s.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// loopback reports whether addr's host is a loopback address or
+// "localhost".
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
