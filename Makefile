@@ -70,6 +70,11 @@ gpu-validate-bundle:
 gpu-validate: gpu-validate-bundle
 	$(BIN)/gpu-validate/gpu-validate.sh --out gpu-validation.md
 
+## manifests: render deploy/kubernetes from the Helm chart's default values
+## and copy the default policy into the chart (a test checks both are current)
+manifests:
+	$(GO) test -count=1 ./deploy/kubernetes -run 'TestManifestsCurrent|TestChartPolicyIsTheDefault' -update
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
