@@ -107,7 +107,7 @@ func metricFamilies() []metric {
 		{"arbiter_class_members", "Processes in a class.", cls},
 		{"arbiter_class_escalated", "1 when a class's requests suspend best-effort work, 0 when it relies on timeslices.", cls},
 		{"arbiter_class_requests_total", "Requests the engine measured for a class.", cls},
-		{"arbiter_class_request_latency_seconds", "Request latency percentiles of a class, over the daemon's life.", []string{"class", "quantile"}},
+		{"arbiter_class_request_latency_seconds", "Request latency percentiles of a class over the daemon's life (the engine's own: 0.5, 0.99, and 1 for the maximum).", cls},
 		{"arbiter_class_request_duration_seconds", "Request latency of a class.", cls},
 		{"arbiter_class_requests_within_slo_total", "Requests of a class that met its SLO's latency target.", cls},
 		{"arbiter_class_slo_attainment_ratio", "Fraction of a class's requests within target over its SLO window (absent with no request in the window).", cls},
@@ -229,9 +229,14 @@ func (c *collector) classes(snap *engine.Snapshot, gauge gaugeFunc, counter coun
 			counter("arbiter_class_requests_total", l.Requests, cl.Name)
 		}
 		if l.Requests > 0 {
-			gauge("arbiter_class_request_latency_seconds", l.P50.Seconds(), cl.Name, "0.5")
-			gauge("arbiter_class_request_latency_seconds", l.P99.Seconds(), cl.Name, "0.99")
-			gauge("arbiter_class_request_latency_seconds", l.Max.Seconds(), cl.Name, "1")
+			// The engine's own percentiles over the daemon's life, as a
+			// summary; the sum is known only with the histogram.
+			var sum float64
+			if ok {
+				sum = h.Sum
+			}
+			ch <- prometheus.MustNewConstSummary(c.d["arbiter_class_request_latency_seconds"], l.Requests, sum,
+				map[float64]float64{0.5: l.P50.Seconds(), 0.99: l.P99.Seconds(), 1: l.Max.Seconds()}, cl.Name)
 		}
 		if ok {
 			buckets := make(map[float64]uint64, len(h.Bounds))
