@@ -309,10 +309,13 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	t.Run("charts", func(t *testing.T) {
 		b.do(t, chromedp.Navigate(n.URL+"/#/charts"))
-		b.waitFor(t, "three charts", `document.querySelectorAll('.chart .uplot').length === 3`, 10*time.Second)
+		b.waitFor(t, "a latency chart per latency-critical class, best-effort throughput and launch rates", `document.querySelectorAll('.chart .uplot').length === 4 && document.querySelectorAll('#ch-latency .uplot').length === 2`, 10*time.Second)
 		b.waitFor(t, "preemption timeline", `!!document.querySelector('#ch-preempt canvas')`, 10*time.Second)
 		time.Sleep(4 * time.Second) // a few seconds of series
 		b.screenshot(t, "charts")
+		eval[bool](t, b, `(document.getElementById('ch-preempt').scrollIntoView({block: 'end'}), true)`)
+		b.waitFor(t, "pid 201 suspended on the timeline", `!!document.querySelector('#ch-preempt canvas') && document.querySelector('#ch-preempt canvas').getAttribute('aria-label').startsWith('preemptions of')`, 5*time.Second)
+		b.screenshot(t, "timeline")
 		b.do(t, chromedp.Navigate(n.URL+"/#/overview"))
 		b.screenshot(t, "overview")
 	})

@@ -105,7 +105,7 @@ export class Store {
     const [status, procs, decisions, preemptions] = await Promise.all(
       ['/status', '/processes', '/decisions', '/preemptions'].map((p) => get(p)));
     for (const d of list(decisions, 'decisions')) this.addDecision(d, false);
-    if (!this.preemptions.length) this.preemptions = list(preemptions, 'preemptions');
+    this.mergePreemptions(list(preemptions, 'preemptions'));
     if (seq !== this.seq) {
       this.emit('decision', null); // the stream's snapshot is newer; the log is not
       return;
@@ -151,9 +151,18 @@ export class Store {
   }
 
   addPreemption(d) {
-    this.preemptions.push(d);
-    if (this.preemptions.length > 2000) this.preemptions.splice(0, this.preemptions.length - 2000);
+    this.mergePreemptions([d]);
     this.emit('decision', d);
+  }
+
+  // mergePreemptions adds preemptions not already kept (the REST list and
+  // the stream overlap), oldest first, at most 5000.
+  mergePreemptions(list) {
+    const key = (d) => `${d.time}|${d.pid}|${d.action}|${d.gpu}`;
+    const have = new Set(this.preemptions.map(key));
+    for (const d of list) if (!have.has(key(d))) { have.add(key(d)); this.preemptions.push(d); }
+    this.preemptions.sort((a, b) => a.time - b.time);
+    if (this.preemptions.length > 5000) this.preemptions.splice(0, this.preemptions.length - 5000);
   }
 }
 

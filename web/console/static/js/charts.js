@@ -2,7 +2,7 @@
 // API keeps no history), drawn with uPlot; and the preemption timeline,
 // drawn on a canvas from the engine's recent preemptions.
 
-import { $, h, replace, palette, classColor } from './dom.js';
+import { $, h, replace, palette, classColor, classChip } from './dom.js';
 import { dur } from './format.js';
 import { get, list } from './api.js';
 
@@ -19,6 +19,7 @@ export class Charts {
     this.prev = null;     // previous snapshot's launches per pid, and its time
     this.plots = {};
     this.keys = {};
+    this.els = {};
     $('ch-window').textContent = String(windowSeconds / 60);
     store.on('snapshot', (s) => this.sample(s));
     window.addEventListener('resize', () => this.resize());
@@ -38,8 +39,7 @@ export class Charts {
   async fetchPreemptions() {
     try {
       const doc = await get('/preemptions');
-      this.store.preemptions = list(doc, 'preemptions');
-      if (doc && doc.time) this.preemptionsTime = doc.time;
+      this.store.mergePreemptions(list(doc, 'preemptions'));
       this.timeline();
     } catch (e) {
       console.warn('console:', e.message);
@@ -98,16 +98,7 @@ export class Charts {
 
   draw() {
     if (typeof uPlot === 'undefined') return;
-    const latSeries = [];
-    const latData = [this.t];
-    for (const [name, ser] of this.lat) {
-      const color = palette[classColor(name)];
-      latSeries.push({ label: `${name} p50`, stroke: color, width: 1.5, dash: [6, 4], value: ms });
-      latSeries.push({ label: `${name} p99`, stroke: color, width: 2, value: ms });
-      latSeries.push({ label: `${name} SLO target`, stroke: '#f85149', width: 1.5, dash: [2, 3], value: ms });
-      latData.push(ser.p50, ser.p99, ser.target);
-    }
-    this.plot('latency', $('ch-latency'), latSeries, latData, 'ms');
+    this.latency();
     this.plot('be', $('ch-be'), [{ label: 'best-effort', stroke: palette[1], fill: 'rgba(121,192,255,0.12)', width: 2, value: perSec }],
       [this.t, this.be], 'launches/s');
     const rateSeries = [];
@@ -120,10 +111,45 @@ export class Charts {
     this.timeline();
   }
 
+  // latency draws one chart per latency-critical class: its p50 and p99
+  // and its SLO target, each on its own scale (targets differ by orders
+  // of magnitude between classes).
+  latency() {
+    const host = $('ch-latency');
+    if (!this.lat.size) {
+      if (!host.firstChild) host.appendChild(h('p', { class: 'muted' }, 'No latency-critical class yet.'));
+      return;
+    }
+    if (host.firstChild && host.firstChild.tagName === 'P') host.replaceChildren();
+    const s = this.store.snapshot;
+    for (const [name, ser] of this.lat) {
+      const id = `lat-${name}`;
+      let box = this.boxes?.get(name);
+      if (!box) {
+        this.boxes ??= new Map();
+        const title = h('div', { class: 'lat-title' });
+        const chart = h('div', { class: 'chart' });
+        box = { title, chart };
+        this.boxes.set(name, box);
+        host.appendChild(h('div', null, title, chart));
+      }
+      const c = s && s.classes.find((x) => x.name === name);
+      const l = c && c.latency;
+      replace(box.title, classChip(name), l && l.has_slo ? `objective: p${l.percentile} ≤ ${dur(l.target_ns)} over ${dur(l.window_ns)}` : 'no SLO');
+      const color = palette[classColor(name)];
+      this.plot(id, box.chart, [
+        { label: 'p50', stroke: color, width: 1.5, dash: [6, 4], value: ms },
+        { label: 'p99', stroke: color, width: 2.5, value: ms },
+        { label: 'SLO target', stroke: '#f85149', width: 1.5, dash: [3, 3], value: ms },
+      ], [this.t, ser.p50, ser.p99, ser.target], 'ms', 200);
+    }
+  }
+
   // plot draws into el, rebuilding the chart when its series change.
-  plot(id, el, series, data, unit) {
+  plot(id, el, series, data, unit, height = 240) {
     const key = series.map((s) => s.label).join('|');
     const width = Math.max(300, el.clientWidth || 560);
+    this.els[id] = { el, height };
     if (this.plots[id] && this.keys[id] === key) {
       this.plots[id].setData(data);
       return;
@@ -135,22 +161,23 @@ export class Charts {
       this.plots[id] = null;
       return;
     }
-    const axis = { stroke: '#8d99a8', grid: { stroke: '#2b3440', width: 1 }, ticks: { stroke: '#2b3440', width: 1 } };
+    const axis = { stroke: '#8d99a8', grid: { stroke: '#232b36', width: 1 }, ticks: { stroke: '#2b3440', width: 1 } };
     this.keys[id] = key;
     this.plots[id] = new uPlot({
-      width, height: 240,
+      width, height,
       cursor: { drag: { x: false, y: false } },
+      legend: { live: false },
       scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.15)] } },
-      axes: [axis, { ...axis, label: unit, labelSize: 18, size: 56 }],
-      series: [{}, ...series],
+      axes: [axis, { ...axis, label: unit, labelSize: 18, size: 60 }],
+      series: [{ value: '{HH}:{mm}:{ss}' }, ...series.map((s) => ({ points: { show: false }, ...s }))],
     }, data, el);
   }
 
   resize() {
     for (const [id, p] of Object.entries(this.plots)) {
       if (!p) continue;
-      const el = $(`ch-${id}`);
-      p.setSize({ width: Math.max(300, el.clientWidth), height: 240 });
+      const { el, height } = this.els[id];
+      p.setSize({ width: Math.max(300, el.clientWidth), height });
     }
     if (this.shown) this.timeline();
   }
@@ -172,7 +199,8 @@ export class Charts {
     for (const d of pre) if (d.comm) comm.set(d.pid, d.comm);
     const rows = new Map(); // "gpu|pid" -> {gpu, pid, bars: [{from, to, kind}], open: {}}
     const end = s.time;
-    const start = Math.min(pre[0].time, end - 1e9);
+    // The span is what is kept, at least a second and at most a minute.
+    const start = Math.max(Math.min(pre[0].time, end - 1e9), end - 60e9);
     const row = (gpu, pid) => {
       const k = `${gpu}|${pid}`;
       if (!rows.has(k)) rows.set(k, { gpu, pid, bars: [], open: {} });
@@ -223,7 +251,7 @@ export class Charts {
     g.textBaseline = 'middle';
     const css = getComputedStyle(document.documentElement);
     const color = { suspended: css.getPropertyValue('--suspended'), gated: css.getPropertyValue('--gated'), held: css.getPropertyValue('--held') };
-    const x = (t) => labelW + (width - labelW - 10) * (t - start) / (end - start);
+    const x = (t) => labelW + (width - labelW - 10) * (Math.max(t, start) - start) / (end - start);
     for (const item of layout) {
       if (item.header !== undefined) {
         g.fillStyle = '#e6edf3';

@@ -3,6 +3,7 @@
 // on request, the per-request preemptions.
 
 import { $, h, replace, classChip } from './dom.js';
+import { clock } from './format.js';
 
 const maxRows = 500;
 
@@ -54,7 +55,7 @@ export class Events {
     const prevNewest = this.newest;
     this.newest = rows.length ? rows[0].time : 0;
     replace($('ev-table').querySelector('tbody'), rows.map((d) => h('tr', { class: `${d.error ? 'err' : ''} ${prevNewest && d.time > prevNewest ? 'fresh' : ''}` },
-      h('td', { class: 'mono', title: `engine time ${d.time} ns` }, this.store.wallOf(d.time).toLocaleTimeString([], { hour12: false, fractionalSecondDigits: 3 })),
+      h('td', { class: 'mono', title: `engine time ${d.time} ns` }, stamp(this.store.wallOf(d.time))),
       h('td', null, h('span', { class: `chip action-${d.action}` }, d.action)),
       h('td', { class: 'num' }, d.pid ? String(d.pid) : '—'),
       h('td', { class: 'name' }, d.comm || ''),
@@ -66,3 +67,6 @@ export class Events {
     $('ev-count').textContent = `${rows.length} shown of ${all.length} kept` + (this.store.snapshot?.status?.decisions_total ? ` · ${this.store.snapshot.status.decisions_total} ever` : '');
   }
 }
+
+// stamp is a wall-clock time to the millisecond.
+function stamp(d) { return `${clock(d)}.${String(d.getMilliseconds()).padStart(3, '0')}`; }

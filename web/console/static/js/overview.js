@@ -33,7 +33,7 @@ export class Overview {
       tile('Weaker than planned', limited, 'enforcement the node cannot apply', limited ? 'warn' : ''),
       tile('Requests', count(stat(s.stats, 'Requests')), `${count(stat(s.stats, 'Suspends'))} suspends · ${count(stat(s.stats, 'Gates'))} gates`),
       tile('Enforcement errors', count(errors), 'failed driver or gate calls', errors ? 'bad' : ''),
-      policy ? tile('Policy', String(policy.revision || '—').slice(0, 12), policy.last_error ? `last change refused: ${policy.last_error}` : `${policy.reloads ?? 0} reloads · ${policy.rejected ?? 0} refused`, policy.last_error ? 'warn' : '') : null,
+      policy ? tile('Policy revision', String(policy.revision || '—').slice(0, 12), policy.last_error ? `last change refused: ${policy.last_error}` : `${policy.reloads ?? 0} reloads · ${policy.rejected ?? 0} refused`, policy.last_error ? 'warn' : '') : null,
     );
 
     replace($('ov-slo'), sloClasses.length ? sloClasses.map(sloCard)
@@ -47,7 +47,8 @@ export class Overview {
 }
 
 function tile(k, v, sub, tone) {
-  return h('div', { class: `tile ${tone || ''}` }, h('div', { class: 'k' }, k), h('div', { class: 'v' }, String(v)), h('div', { class: 's' }, sub || ''));
+  const long = String(v).length > 8;
+  return h('div', { class: `tile ${tone || ''}` }, h('div', { class: 'k' }, k), h('div', { class: `v ${long ? 'long' : ''}` }, String(v)), h('div', { class: 's' }, sub || ''));
 }
 
 function sloCard(c) {
