@@ -140,7 +140,12 @@ func (e *Engine) add(pid uint32, comm string, cgroup uint64) *proc {
 }
 
 // remove releases everything enforced on p and drops it from the table.
+// A latency-critical process that goes mid-request ends its request, so
+// that the victims held for it are let go.
 func (e *Engine) remove(p *proc, why string) {
+	if p.req.active {
+		e.finish(p)
+	}
 	if err := e.releaseProc(p, why); err != nil {
 		e.st.EnforceErrors++
 	}

@@ -108,6 +108,15 @@ func (e *Engine) phase(t timer) {
 	}
 	period := uint64(e.opts.QuotaPeriod)
 	on := uint64(cy.share * float64(period))
+	if t.kind == timerQuotaOn && on == 0 {
+		// A share of nothing: held for good, never let run for an instant.
+		if !cy.off {
+			cy.off = true
+			e.holdCycle(cy, true)
+		}
+		e.tm.push(timer{at: t.at + period, kind: timerQuotaOn, cy: cy, gen: cy.gen})
+		return
+	}
 	if t.kind == timerQuotaOn {
 		if cy.off {
 			cy.off = false

@@ -407,6 +407,10 @@ func MountBPFFS(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("nvrm: bpffs mount point: %w", err)
 	}
+	// A directory made inside a mounted bpffs is already on one.
+	if err := unix.Statfs(dir, &st); err == nil && st.Type == bpffsMagic {
+		return nil
+	}
 	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
 		return fmt.Errorf("nvrm: mount bpffs at %s (needs root): %w", dir, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpu-arbiter/arbiter/config"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/nvrm"
 	"github.com/gpu-arbiter/arbiter/uprobe"
@@ -56,11 +57,18 @@ saying what.`,
 			return o.run(cmd.OutOrStdout())
 		},
 	}
+	// By default recover looks where the daemon's configuration says it
+	// keeps its state, as a service manager's stop-post hook runs it with
+	// no flags.
+	daemonCfg, _, err := config.Resolve("")
+	if err != nil {
+		daemonCfg = config.Default()
+	}
 	f := cmd.Flags()
-	f.StringVar(&o.gatePinDir, "gate-pin-dir", uprobe.DefaultGatePinDir, "bpffs directory where the daemon pins the launch gate")
+	f.StringVar(&o.gatePinDir, "gate-pin-dir", daemonCfg.BPFFS, "bpffs directory where the daemon pins the launch gate (default: the daemon's --bpffs)")
 	f.StringVar(&o.format, "format", "text", "output format: text or json")
 	c := &o.channels
-	f.StringVar(&c.stateDir, "state-dir", nvrm.DefaultStateDir, "directory of the handle registry's state file and lock")
+	f.StringVar(&c.stateDir, "state-dir", nvrmStateDir(daemonCfg), "directory of the handle registry's state file and lock (default: nvrm/ in the daemon's --state-dir)")
 	f.StringVar(&c.control, "control", nvrm.ControlPath, "the driver's control device")
 	f.StringVar(&c.controlRdev, "control-rdev", "195:255", "the control device's number (major:minor)")
 	f.IntVar(&c.acceptErrno, "accept-errno", 0, "treat ioctls failing with this errno as run by RM (stand-in control files only)")

@@ -27,6 +27,8 @@ applications or the driver.`,
 		newRecoverCmd(),
 		newDoctorCmd(),
 		newRunCmd(),
+		newPsCmd(),
+		newStatusCmd(),
 	)
 	return root
 }
