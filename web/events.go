@@ -93,7 +93,7 @@ func (s *Server) broadcast() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.lim.SnapshotInterval)
 	defer t.Stop()
-	var last *engine.Snapshot
+	last := s.view().snap
 	for {
 		select {
 		case <-s.done:
@@ -109,10 +109,8 @@ func (s *Server) broadcast() {
 			continue
 		}
 		var buf bytes.Buffer
-		if last != nil {
-			newEvents(&buf, "decision", v.snap.Decisions, v.snap.DecisionsTotal-last.DecisionsTotal)
-			newEvents(&buf, "preemption", v.snap.Preemptions, v.snap.PreemptionsTotal-last.PreemptionsTotal)
-		}
+		newEvents(&buf, "decision", v.snap.Decisions, v.snap.DecisionsTotal-last.DecisionsTotal)
+		newEvents(&buf, "preemption", v.snap.Preemptions, v.snap.PreemptionsTotal-last.PreemptionsTotal)
 		last = v.snap
 		if err := s.snapshotEvent(&buf, v); err != nil {
 			s.log.Error().Err(err).Msg("encode snapshot event")
