@@ -14,12 +14,15 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpu-arbiter/arbiter/config"
 	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/internal/sdnotify"
+	"github.com/gpu-arbiter/arbiter/kube"
 	"github.com/gpu-arbiter/arbiter/nvrm"
+	"github.com/gpu-arbiter/arbiter/policy/input"
 	"github.com/gpu-arbiter/arbiter/procfs"
 	"github.com/gpu-arbiter/arbiter/uprobe"
 )
@@ -29,7 +32,10 @@ import (
 type runFlags struct {
 	config     string
 	requestGap time.Duration
-	cfg        config.Config
+	// nodeName and kubeletSocket turn on Kubernetes pod metadata for the
+	// policy input (the DaemonSet sets them).
+	nodeName, kubeletSocket string
+	cfg                     config.Config
 }
 
 func newRunCmd() *cobra.Command {
@@ -54,6 +60,8 @@ start or by arbiter recover.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "YAML config file (default "+config.DefaultPath+" when it exists)")
 	fl.DurationVar(&f.requestGap, "request-gap", defaultRequestGap, "idle time after a latency-critical process's last synchronization that ends its request")
+	fl.StringVar(&f.nodeName, "node-name", "", "Kubernetes node name (the DaemonSet passes spec.nodeName): policies then see each process's pod namespace, name and labels from the API server")
+	fl.StringVar(&f.kubeletSocket, "kubelet-socket", "", "the kubelet's pod-resources socket (e.g. "+kube.DefaultPodResourcesSocket+"): pods named from their GPUs where the API server cannot")
 	for _, s := range config.Settings() {
 		if s.Bool {
 			fl.Bool(s.Flag(), s.Get(&f.cfg) == "true", s.Usage)
@@ -73,7 +81,7 @@ func resolveConfig(fl *pflag.FlagSet, path string) (config.Config, string, error
 	}
 	var ferr error
 	fl.Visit(func(fg *pflag.Flag) {
-		if fg.Name == "config" || fg.Name == "request-gap" || ferr != nil {
+		if fg.Name == "config" || fg.Name == "request-gap" || fg.Name == "node-name" || fg.Name == "kubelet-socket" || ferr != nil {
 			return
 		}
 		ferr = cfg.SetFlag(fg.Name, fg.Value.String())
@@ -123,6 +131,11 @@ func runDaemon(cmd *cobra.Command, f *runFlags) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d := &daemon{cfg: cfg, log: log, requestGap: f.requestGap, proc: procfs.New("/")}
+	if f.nodeName != "" || f.kubeletSocket != "" {
+		d.pods = kube.New(kube.Options{NodeName: f.nodeName, Client: kubeClient(f.nodeName), PodResourcesSocket: f.kubeletSocket,
+			OnChange: func(h kube.Health) { log.Info().Interface("kubernetes", h).Msg("pod metadata source changed") }})
+		d.pods.Start(ctx)
+	}
 	return d.run(ctx)
 }
 
@@ -140,10 +153,34 @@ type daemon struct {
 	log        zerolog.Logger
 	requestGap time.Duration
 	proc       *procfs.FS
+	pods       *kube.Resolver // nil off Kubernetes
 	keeper     *nvrm.Keeper
 	tracer     *uprobe.Tracer
 	policy     *livePolicy
 	eng        *engine.Engine
+}
+
+// kubeClient is the API server source, on when the node name is known.
+func kubeClient(node string) func() (kubernetes.Interface, error) {
+	if node == "" {
+		return nil
+	}
+	return kube.InClusterClient
+}
+
+// podLookup resolves a pod UID from a cgroup path to its namespace, name
+// and labels for the policy input; nil off Kubernetes.
+func (d *daemon) podLookup() func(uid string) (input.Pod, bool) {
+	if d.pods == nil {
+		return nil
+	}
+	return func(uid string) (input.Pod, bool) {
+		p, ok := d.pods.ByUID(uid)
+		if !ok {
+			return input.Pod{}, false
+		}
+		return input.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels}, true
+	}
 }
 
 // nvrmStateDir is where the daemon's driver registry and its lock live;
@@ -181,7 +218,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	enf.node = node
 	src := engine.NewLive(d.tracer)
 	opts := engine.Options{
-		Classifier: d.policy.classifier(node.policyNode, d.proc),
+		Classifier: d.policy.classifier(node.policyNode, d.proc, d.podLookup()),
 		Placement:  enf,
 		IdleGap:    d.requestGap,
 		Feedback:   true,

@@ -102,10 +102,12 @@ func (lp *livePolicy) close() error {
 }
 
 // classifier classifies live processes: their input is read from /proc.
-func (lp *livePolicy) classifier(node func() policy.Node, proc *procfs.FS) engine.Classifier {
+// pod, when set, names a process's pod from the UID in its cgroup path.
+func (lp *livePolicy) classifier(node func() policy.Node, proc *procfs.FS, pod func(uid string) (input.Pod, bool)) engine.Classifier {
+	opts := &input.Options{Pod: pod}
 	return &policyClassifier{current: lp.current, node: node, timeout: policy.DefaultEvalTimeout,
 		describe: func(p engine.ProcessInfo) (input.Process, error) {
-			return input.ReadProcess(proc, int(p.Key.PID), nil)
+			return input.ReadProcess(proc, int(p.Key.PID), opts)
 		}}
 }
 
