@@ -216,6 +216,7 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 			e.Apply(&ev)
 		case errors.Is(rerr, trace.ErrDeadline):
 			e.advance(e.dl.Now())
+			e.maybeControl()
 		case errors.Is(rerr, io.EOF):
 			return nil
 		case errors.Is(rerr, trace.ErrClosed) && ctx.Err() != nil:
@@ -250,10 +251,21 @@ func (e *Engine) Apply(ev *trace.Event) {
 			e.lcCall(p, ev)
 		}
 	}
+	// The control loop runs after the event: a preemption the event calls
+	// for does not wait for it.
+	e.maybeControl()
 }
 
-// advance moves the clock to now, running posted work, timers and the
-// control loop that are due.
+// maybeControl runs the control loop when its period has passed.
+func (e *Engine) maybeControl() {
+	if e.now >= e.nextControl {
+		e.control()
+		e.nextControl = e.now + uint64(e.opts.ControlInterval)
+	}
+}
+
+// advance moves the clock to now, running the posted work and timers that
+// are due (the control loop runs after the event that moved the clock).
 func (e *Engine) advance(now uint64) {
 	if now > e.now {
 		e.now = now
@@ -267,10 +279,6 @@ func (e *Engine) advance(now uint64) {
 			break
 		}
 		e.fire(t)
-	}
-	if e.now >= e.nextControl {
-		e.control()
-		e.nextControl = e.now + uint64(e.opts.ControlInterval)
 	}
 }
 
