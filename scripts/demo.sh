@@ -6,7 +6,10 @@
 # and bin/stub/train (long launches, a sync every 8), runs
 # `arbiter trace --duration 10s` on them, shows a few events of each, the
 # per-process summary, one event as JSON from the recording, and stops the
-# workloads on any exit. Tracing needs root (CAP_BPF + CAP_PERFMON): when not
+# workloads on any exit. Then scripts/demo-colocate.sh runs inference alone,
+# training alone and both side by side on the stub's shared emulated GPU and
+# prints LC latency and BE throughput for each (COLOCATE_SECONDS per run,
+# default 3). Tracing needs root (CAP_BPF + CAP_PERFMON): when not
 # root it runs that part with sudo.
 #
 # When a step fails, the demo prints what it said (the tracer's error names
@@ -115,6 +118,14 @@ awk '/"kind":"sync"/ { print; exit }' "$workdir/replay.json"
 bold "Stopping the workloads (they report what they saw themselves):"
 cleanup
 trap - EXIT
+
+bold "Inference beside training on one shared stub GPU (scripts/demo-colocate.sh)"
+status=0
+COLOCATE_SECONDS=${COLOCATE_SECONDS:-3} ARBITER_STUB="$stub" ARBITER_BIN="$arbiter" scripts/demo-colocate.sh || status=$?
+if [ "$status" -ne 0 ]; then
+	echo "demo: the co-location runs failed (exit status $status): see their message above" >&2
+	exit "$status"
+fi
 
 bold "What-if: inference beside training in the GPU simulator (arbiter sim)"
 echo "(examples/workloads/timeslice-inflation.yaml: the driver's default time-slicing vs running alone, MPS-like sharing and ideal priority)"

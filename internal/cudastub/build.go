@@ -13,7 +13,7 @@ import (
 // from. The C files live in csrc/ because the go tool refuses C files in a
 // package directory that does not use cgo.
 //
-//go:embed cuda.h csrc/stub.c csrc/libcuda.map csrc/workload.h csrc/infer.c csrc/train.c
+//go:embed cuda.h csrc/stub.c csrc/gpu.h csrc/gpu.c csrc/libcuda.map csrc/workload.h csrc/infer.c csrc/train.c csrc/stubgpu.c
 var sources embed.FS
 
 // Compiler flags for the library. -fcf-protection=full puts endbr64 first in
@@ -43,6 +43,9 @@ type Build struct {
 	// through an $ORIGIN run path, so Dir can be moved as a whole.
 	Infer string
 	Train string
+	// GPUTool is stubgpu, which shows (as JSON) or removes the emulated
+	// GPU that processes using the stub share.
+	GPUTool string
 }
 
 // BuildAt compiles the stub library and the workloads into dir (created if
@@ -59,7 +62,8 @@ func BuildAt(dir string) (*Build, error) {
 			return nil, fmt.Errorf("build stub driver: %w", err)
 		}
 	}
-	for _, name := range []string{"cuda.h", "csrc/stub.c", "csrc/libcuda.map", "csrc/workload.h", "csrc/infer.c", "csrc/train.c"} {
+	for _, name := range []string{"cuda.h", "csrc/stub.c", "csrc/gpu.h", "csrc/gpu.c", "csrc/libcuda.map",
+		"csrc/workload.h", "csrc/infer.c", "csrc/train.c", "csrc/stubgpu.c"} {
 		data, err := sources.ReadFile(name)
 		if err != nil {
 			return nil, fmt.Errorf("build stub driver: %w", err)
@@ -77,7 +81,7 @@ func BuildAt(dir string) (*Build, error) {
 
 	args := append([]string{}, libFlags...)
 	args = append(args, "-Wl,--version-script="+filepath.Join(src, "libcuda.map"),
-		"-o", b.Lib, filepath.Join(src, "stub.c"), "-lpthread")
+		"-o", b.Lib, filepath.Join(src, "stub.c"), filepath.Join(src, "gpu.c"), "-lpthread", "-lrt")
 	if err := gcc(args...); err != nil {
 		return nil, fmt.Errorf("build stub driver %s: %w", b.Lib, err)
 	}
@@ -93,6 +97,11 @@ func BuildAt(dir string) (*Build, error) {
 			return nil, fmt.Errorf("build stub workload %s: %w", filepath.Base(p.out), err)
 		}
 	}
+	args = append(append([]string{}, progFlags...), "-o", b.GPUTool,
+		filepath.Join(src, "stubgpu.c"), filepath.Join(src, "gpu.c"), "-lpthread", "-lrt")
+	if err := gcc(args...); err != nil {
+		return nil, fmt.Errorf("build stubgpu %s: %w", b.GPUTool, err)
+	}
 	return b, nil
 }
 
@@ -104,6 +113,7 @@ func layout(dir string) *Build {
 		Include: filepath.Join(dir, "include"),
 		Infer:   filepath.Join(dir, "infer"),
 		Train:   filepath.Join(dir, "train"),
+		GPUTool: filepath.Join(dir, "stubgpu"),
 	}
 }
 

@@ -318,11 +318,14 @@ func TestTrainExitsOnSignal(t *testing.T) {
 
 func TestTrainIterations(t *testing.T) {
 	b := ForTest(t)
-	out, err := exec.Command(b.Train, "--kernel-us", "0", "--iterations", "1000", "--sync-every", "10").CombinedOutput()
-	if err != nil {
-		t.Fatalf("train: %v\n%s", err, out)
+	cmd := exec.Command(b.Train, "--kernel-us", "0", "--iterations", "1000", "--sync-every", "10")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr.String())
 	}
-	m := trainStats.FindStringSubmatch(string(out))
+	out := stderr.String()
+	m := trainStats.FindStringSubmatch(out)
 	if m == nil || m[1] != "1000" {
 		t.Fatalf("train output %q, want 1000 launches", out)
 	}

@@ -89,7 +89,7 @@ func existing(dir string) (*Build, bool) {
 		return nil, false
 	}
 	b := layout(dir)
-	for _, f := range []string{b.Lib, b.Infer, b.Train, filepath.Join(b.Include, "cuda.h")} {
+	for _, f := range []string{b.Lib, b.Infer, b.Train, b.GPUTool, filepath.Join(b.Include, "cuda.h")} {
 		if _, err := os.Stat(f); err != nil {
 			return nil, false
 		}

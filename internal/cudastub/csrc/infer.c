@@ -4,11 +4,16 @@
  * Requests arrive as a Poisson process at --rate per second (0: back to
  * back). Each request is one cuMemcpyHtoDAsync_v2 of --bytes, --launches
  * cuLaunchKernel of --kernel-us each, one cuMemcpyDtoHAsync_v2 and a
- * cuStreamSynchronize. It runs --requests requests (0: no limit) or for
+ * cuStreamSynchronize; with --sync-every N, also a cuStreamSynchronize
+ * after every N launches (a model whose layers wait on the host, as a
+ * decoder's steps do). It runs --requests requests (0: no limit) or for
  * --duration seconds (0: no limit), whichever ends first, or until SIGINT or
  * SIGTERM, then prints the requests' latency (first call to the return of
- * the synchronize) on stderr:
+ * the last synchronize) on stderr:
  *   infer: 50 requests in 0.52 s: p50 1012 us, p99 1050 us, max 1061 us
+ * and, for programs, one JSON line on stdout (latencies in microseconds):
+ *   {"workload":"infer","requests":50,"seconds":0.52,"p50_us":1012,
+ *    "p99_us":1050,"max_us":1061,"mean_us":1015.2}
  *
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -46,14 +51,14 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: infer [--rate REQ/S] [--launches N] [--kernel-us US] [--bytes B]\n"
-		"             [--requests COUNT] [--duration SECONDS]\n");
+		"             [--sync-every N] [--requests COUNT] [--duration SECONDS]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	double rate = 100, kernel_us = 100, duration = 0;
-	unsigned long launches = 8, requests = 0;
+	unsigned long launches = 8, requests = 0, sync_every = 0;
 	uint64_t bytes = 1 << 20;
 	static const struct option opts[] = {
 		{ "rate", required_argument, NULL, 'r' },
@@ -62,6 +67,7 @@ int main(int argc, char **argv)
 		{ "bytes", required_argument, NULL, 'b' },
 		{ "requests", required_argument, NULL, 'n' },
 		{ "duration", required_argument, NULL, 'd' },
+		{ "sync-every", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -73,6 +79,7 @@ int main(int argc, char **argv)
 		case 'b': bytes = (uint64_t)parse_num("bytes", optarg); break;
 		case 'n': requests = (unsigned long)parse_num("requests", optarg); break;
 		case 'd': duration = parse_num("duration", optarg); break;
+		case 's': sync_every = (unsigned long)parse_num("sync-every", optarg); break;
 		default: usage();
 		}
 	}
@@ -124,8 +131,11 @@ int main(int argc, char **argv)
 		}
 		uint64_t t0 = now_ns();
 		check(cuMemcpyHtoDAsync_v2(dbuf, host, bytes, stream), "cuMemcpyHtoDAsync_v2");
-		for (unsigned long i = 0; i < launches; i++)
+		for (unsigned long i = 0; i < launches; i++) {
 			check(cuLaunchKernel(fn, 64, 1, 1, 256, 1, 1, 0, stream, params, NULL), "cuLaunchKernel");
+			if (sync_every > 0 && (i + 1) % sync_every == 0 && i + 1 < launches)
+				check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+		}
 		check(cuMemcpyDtoHAsync_v2(host, dbuf, bytes, stream), "cuMemcpyDtoHAsync_v2");
 		check(cuStreamSynchronize(stream), "cuStreamSynchronize");
 		if (n == cap) {
@@ -146,13 +156,21 @@ int main(int argc, char **argv)
 	check(cuCtxDestroy_v2(ctx), "cuCtxDestroy_v2");
 	if (n == 0) {
 		fprintf(stderr, "infer: 0 requests in %.2f s\n", secs);
+		printf("{\"workload\":\"infer\",\"requests\":0,\"seconds\":%.3f}\n", secs);
 		return 0;
 	}
+	double sum = 0;
+	for (size_t i = 0; i < n; i++)
+		sum += lat[i];
 	qsort(lat, n, sizeof *lat, cmp_u64);
 	size_t p50 = (n - 1) / 2, p99 = (size_t)ceil(0.99 * n) - 1;
 	fprintf(stderr, "infer: %zu requests in %.2f s: p50 %llu us, p99 %llu us, max %llu us\n", n, secs,
 		(unsigned long long)(lat[p50] / 1000), (unsigned long long)(lat[p99] / 1000),
 		(unsigned long long)(lat[n - 1] / 1000));
+	printf("{\"workload\":\"infer\",\"requests\":%zu,\"seconds\":%.3f,\"p50_us\":%llu,\"p99_us\":%llu,"
+	       "\"max_us\":%llu,\"mean_us\":%.1f}\n", n, secs,
+		(unsigned long long)(lat[p50] / 1000), (unsigned long long)(lat[p99] / 1000),
+		(unsigned long long)(lat[n - 1] / 1000), sum / n / 1000);
 	free(lat);
 	free(host);
 	return 0;

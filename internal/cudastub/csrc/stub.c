@@ -5,17 +5,28 @@
  * It exports the driver API entry points Arbiter probes, with the real
  * signatures (cuda.h beside this file), and emulates execution time so that
  * traced programs behave like GPU programs:
- *   - launches and async copies are asynchronous: each stream keeps a
- *     "busy until" time on CLOCK_MONOTONIC and work queues behind it;
- *   - a launch whose kernelParams[0] points to a uint64_t adds that many
- *     nanoseconds of kernel time to its stream (no params: 0 ns);
- *   - a copy adds bytes / (12 GB/s); synchronous copies also wait for it;
- *   - synchronizing calls block until the stream(s) they wait on are idle:
- *     clock_nanosleep to ~50 us before the deadline, then spin.
+ *   - every process on the node that uses GPU index N shares one emulated
+ *     GPU N (gpu.c): work is time-sliced between processes as the real
+ *     scheduler time-slices channel groups, so co-located programs slow
+ *     each other down as they would on hardware;
+ *   - launches and async copies are asynchronous: they queue on their
+ *     stream's lane of the process's channel group;
+ *   - a launch whose kernelParams[0] points to a uint64_t queues that many
+ *     nanoseconds of kernel time (no params: 0 ns);
+ *   - a copy queues bytes / (12 GB/s); synchronous copies also wait for it;
+ *   - synchronizing calls block until the work they wait on has run on the
+ *     shared GPU.
  * Return codes are real CUresult values: CUDA_ERROR_INVALID_VALUE for NULL
  * pointers, CUDA_ERROR_INVALID_HANDLE for handles it never handed out.
  * Handles live in fixed pools and are checked by address, so a bogus handle
  * is reported, never dereferenced.
+ *
+ * Environment, read by cuInit:
+ *   CUDA_VISIBLE_DEVICES       GPU indexes this process sees, "0,1" (default 0)
+ *   ARBITER_STUB_TIMESLICE_US  this process's channel-group timeslice
+ *                              (default 1024)
+ *   ARBITER_STUB_NODE          a name that gives processes a node of GPUs
+ *                              of their own (tests that must not share)
  *
  * cuStreamSynchronize is exported twice: the default version
  * cuStreamSynchronize@@LIBCUDA_2.0 and an older cuStreamSynchronize@LIBCUDA_1.0
@@ -27,26 +38,28 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cuda.h" /* internal/cudastub/cuda.h; BuildAt copies it beside this file */
+#include "gpu.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
 /* Emulated copy bandwidth: 12 GB/s = 12 bytes per ns. */
 #define COPY_BYTES_PER_NS 12
-/* Synchronizers sleep until this long before the deadline, then spin. */
-#define SPIN_NS 50000ULL
 
 enum { MAX_CTX = 64, MAX_MOD = 256, MAX_FUNC = 1024, MAX_STREAM = 1024,
-       MAX_EVENT = 4096, MAX_GRAPH = 256 };
+       MAX_EVENT = 4096, MAX_GRAPH = 256, MAX_DEVICES = 16, MAX_GPU_INDEX = 255 };
 
 struct CUctx_st { int used; CUdevice dev; };
 struct CUmod_st { int used; };
 struct CUfunc_st { int used; struct CUmod_st *mod; };
-struct CUstream_st { int used; uint64_t busy_until; };
-struct CUevent_st { int used; int recorded; uint64_t time; };
+/* A stream's work goes to one lane of its device's channel group. */
+struct CUstream_st { int used; CUdevice dev; unsigned lane; };
+struct CUevent_st { int used; int recorded; CUdevice dev; unsigned lane; uint64_t ticket; };
 struct CUgraph_st { int used; };
 struct CUgraphExec_st { int used; };
 
@@ -54,9 +67,16 @@ struct CUgraphExec_st { int used; };
 static struct {
 	pthread_mutex_t mu;
 	int initialized;
-	uint64_t latest; /* the latest busy_until of any stream: cuCtxSynchronize */
 	uint64_t next_devptr;
-	struct CUstream_st legacy; /* the legacy default stream (NULL handle) */
+	/* Configuration from the environment (cuInit). */
+	int ndev;
+	int visible[MAX_DEVICES]; /* GPU index of each device ordinal */
+	char node[64];
+	uint64_t timeslice_ns;
+	/* The shared GPUs this process uses, attached on first use. */
+	int attached[MAX_DEVICES];
+	struct gpu gpu[MAX_DEVICES];
+	unsigned next_thread_lane;
 	struct CUctx_st ctx[MAX_CTX];
 	struct CUmod_st mod[MAX_MOD];
 	struct CUfunc_st func[MAX_FUNC];
@@ -67,11 +87,13 @@ static struct {
 } drv = {
 	.mu = PTHREAD_MUTEX_INITIALIZER,
 	.next_devptr = 0x302000000ULL,
-	.legacy = { .used = 1 },
 };
 
-/* The per-thread default stream (_ptsz/_ptds forms, CU_STREAM_PER_THREAD). */
-static __thread struct CUstream_st per_thread = { .used = 1 };
+/* The device of this thread's current context (cuCtxCreate makes the new
+ * context current), and the lane of its per-thread default stream (_ptsz and
+ * _ptds forms, CU_STREAM_PER_THREAD; 0 until first used). */
+static __thread CUdevice current_dev;
+static __thread unsigned per_thread_lane;
 
 /* pool_index returns p's index in a pool of n elements of size sz starting
  * at base, or -1 when p does not point at an element. */
@@ -96,57 +118,163 @@ static long pool_index(const void *p, const void *base, size_t sz, long n)
 		} \
 	_r; })
 
-static uint64_t now_ns(void)
+/* ---- configuration and devices ---- */
+
+/* say reports a configuration or device error on stderr: the driver has no
+ * other way to tell a program why cuInit or cuCtxCreate failed. */
+static void say(const char *msg)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	fprintf(stderr, "libcuda.so.1 (arbiter stub driver): %s\n", msg);
 }
 
-/* wait_until blocks until CLOCK_MONOTONIC reaches deadline: it sleeps until
- * SPIN_NS before it (signals do not cut the wait short), then spins. */
-static void wait_until(uint64_t deadline)
+/* configure reads the environment (see the top of this file). */
+static CUresult configure(void)
 {
-	for (;;) {
-		uint64_t now = now_ns();
-		if (now >= deadline)
-			return;
-		if (deadline - now > SPIN_NS) {
-			uint64_t wake = deadline - SPIN_NS;
-			struct timespec ts = { .tv_sec = wake / 1000000000ULL,
-			                       .tv_nsec = wake % 1000000000ULL };
-			clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
-			continue;
+	char msg[256];
+	const char *v = getenv("CUDA_VISIBLE_DEVICES");
+	drv.ndev = 1;
+	drv.visible[0] = 0;
+	if (v != NULL) {
+		drv.ndev = 0;
+		for (const char *p = v; *p != '\0';) {
+			char *end;
+			errno = 0;
+			long idx = strtol(p, &end, 10);
+			if (end == p || errno != 0 || idx < 0 || idx > MAX_GPU_INDEX || (*end != ',' && *end != '\0') ||
+			    drv.ndev == MAX_DEVICES) {
+				snprintf(msg, sizeof msg, "CUDA_VISIBLE_DEVICES=\"%s\": want up to %d GPU indexes from 0 to %d, "
+					"separated by commas", v, MAX_DEVICES, MAX_GPU_INDEX);
+				say(msg);
+				return CUDA_ERROR_INVALID_VALUE;
+			}
+			drv.visible[drv.ndev++] = (int)idx;
+			p = *end == ',' ? end + 1 : end;
 		}
-		__builtin_ia32_pause();
 	}
+	drv.timeslice_ns = GPU_DEFAULT_TIMESLICE_NS;
+	if ((v = getenv("ARBITER_STUB_TIMESLICE_US")) != NULL) {
+		char *end;
+		errno = 0;
+		unsigned long long us = strtoull(v, &end, 10);
+		if (end == v || *end != '\0' || errno != 0 || us < 1 || us > 10000000 || v[0] == '-') {
+			snprintf(msg, sizeof msg, "ARBITER_STUB_TIMESLICE_US=\"%s\": want a whole number of microseconds "
+				"from 1 to 10000000", v);
+			say(msg);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		drv.timeslice_ns = us * 1000;
+	}
+	drv.node[0] = '\0';
+	if ((v = getenv("ARBITER_STUB_NODE")) != NULL) {
+		size_t n = strlen(v);
+		int ok = n < sizeof drv.node;
+		for (size_t i = 0; ok && i < n; i++)
+			ok = (v[i] >= 'a' && v[i] <= 'z') || (v[i] >= 'A' && v[i] <= 'Z') ||
+			     (v[i] >= '0' && v[i] <= '9') || v[i] == '_' || v[i] == '.' || v[i] == '-';
+		if (!ok) {
+			snprintf(msg, sizeof msg, "ARBITER_STUB_NODE=\"%.64s\": want up to %zu letters, digits, '_', '.' "
+				"or '-'", v, sizeof drv.node - 1);
+			say(msg);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		memcpy(drv.node, v, n + 1);
+	}
+	return CUDA_SUCCESS;
 }
 
-/* stream_of resolves a stream handle under drv.mu. ptsz says whether the
- * call is a per-thread-default-stream form, where NULL means this thread's
- * stream. Returns NULL for an unknown handle. */
-static struct CUstream_st *stream_of(CUstream h, int ptsz)
+/* device returns the shared GPU of device ordinal dev, attaching to it on
+ * first use. Called under drv.mu. */
+static struct gpu *device(CUdevice dev, CUresult *r)
 {
-	if (h == NULL)
-		return ptsz ? &per_thread : &drv.legacy;
-	if (h == CU_STREAM_LEGACY)
-		return &drv.legacy;
-	if (h == CU_STREAM_PER_THREAD)
-		return &per_thread;
-	return POOL_GET(stream, h);
+	if (!drv.initialized) {
+		*r = CUDA_ERROR_NOT_INITIALIZED;
+		return NULL;
+	}
+	if (dev < 0 || dev >= drv.ndev) {
+		*r = CUDA_ERROR_INVALID_DEVICE;
+		return NULL;
+	}
+	if (!drv.attached[dev]) {
+		char err[256];
+		if (gpu_attach(&drv.gpu[dev], drv.node, drv.visible[dev], drv.timeslice_ns, err, sizeof err) != 0) {
+			say(err);
+			*r = CUDA_ERROR_NO_DEVICE;
+			return NULL;
+		}
+		drv.attached[dev] = 1;
+	}
+	*r = CUDA_SUCCESS;
+	return &drv.gpu[dev];
 }
 
-/* enqueue adds ns of emulated work to s (under drv.mu) and returns when the
- * stream will be idle. */
-static uint64_t enqueue(struct CUstream_st *s, uint64_t ns)
+/* forget_devices runs in a forked child: the parent's channel groups are
+ * not the child's. */
+static void forget_devices(void)
 {
-	uint64_t start = now_ns();
-	if (s->busy_until > start)
-		start = s->busy_until;
-	s->busy_until = start + ns;
-	if (s->busy_until > drv.latest)
-		drv.latest = s->busy_until;
-	return s->busy_until;
+	for (int i = 0; i < MAX_DEVICES; i++) {
+		if (drv.attached[i])
+			gpu_forget(&drv.gpu[i]);
+		drv.attached[i] = 0;
+	}
+	pthread_mutex_init(&drv.mu, NULL);
+}
+
+__attribute__((constructor)) static void stub_init(void)
+{
+	pthread_atfork(NULL, NULL, forget_devices);
+}
+
+/* At exit the process's channel groups go, and their queued work with
+ * them, as on a real GPU. */
+__attribute__((destructor)) static void stub_fini(void)
+{
+	for (int i = 0; i < MAX_DEVICES; i++)
+		if (drv.attached[i])
+			gpu_leave(&drv.gpu[i]);
+}
+
+/* ---- streams, launches, copies ---- */
+
+/* A target is where a call's work goes: a shared GPU and a lane of this
+ * process's group on it. */
+struct target {
+	struct gpu *gpu;
+	unsigned lane;
+};
+
+/* stream_target resolves a stream handle. ptsz says whether the call is a
+ * per-thread-default-stream form, where NULL means this thread's stream. */
+static CUresult stream_target(CUstream h, int ptsz, struct target *t)
+{
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&drv.mu);
+	CUdevice dev = current_dev;
+	if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+		t->lane = 0;
+		if ((h == NULL && ptsz) || h == CU_STREAM_PER_THREAD) {
+			if (per_thread_lane == 0)
+				per_thread_lane = 1 + drv.next_thread_lane++ % (GPU_LANES - 1);
+			t->lane = per_thread_lane;
+		}
+	} else {
+		struct CUstream_st *s = POOL_GET(stream, h);
+		if (s == NULL)
+			r = CUDA_ERROR_INVALID_HANDLE;
+		else
+			dev = s->dev, t->lane = s->lane;
+	}
+	if (r == CUDA_SUCCESS)
+		t->gpu = device(dev, &r);
+	pthread_mutex_unlock(&drv.mu);
+	return r;
+}
+
+/* wait_for blocks until t's lane has run everything up to ticket. */
+static void wait_for(struct target t, uint64_t ticket)
+{
+	uint64_t want[GPU_LANES] = { 0 };
+	want[t.lane] = ticket;
+	gpu_wait(t.gpu, want);
 }
 
 static uint64_t kernel_ns(void **kernelParams)
@@ -159,13 +287,15 @@ static uint64_t kernel_ns(void **kernelParams)
 static CUresult launch(CUfunction f, CUstream h, int ptsz, void **kernelParams)
 {
 	pthread_mutex_lock(&drv.mu);
-	struct CUstream_st *s = stream_of(h, ptsz);
-	if (s == NULL || POOL_GET(func, f) == NULL) {
-		pthread_mutex_unlock(&drv.mu);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	enqueue(s, kernel_ns(kernelParams));
+	int known = POOL_GET(func, f) != NULL;
 	pthread_mutex_unlock(&drv.mu);
+	struct target t;
+	CUresult r = stream_target(h, ptsz, &t);
+	if (r == CUDA_SUCCESS && !known)
+		r = CUDA_ERROR_INVALID_HANDLE;
+	if (r != CUDA_SUCCESS)
+		return r;
+	gpu_submit(t.gpu, t.lane, kernel_ns(kernelParams));
 	return CUDA_SUCCESS;
 }
 
@@ -175,61 +305,81 @@ static CUresult copy(uint64_t dev, const void *host, uint64_t n, CUstream h, int
 {
 	if (dev == 0 || host == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&drv.mu);
-	struct CUstream_st *s = stream_of(h, ptsz);
-	if (s == NULL) {
-		pthread_mutex_unlock(&drv.mu);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	uint64_t done = enqueue(s, n / COPY_BYTES_PER_NS);
-	pthread_mutex_unlock(&drv.mu);
+	struct target t;
+	CUresult r = stream_target(h, ptsz, &t);
+	if (r != CUDA_SUCCESS)
+		return r;
+	uint64_t ticket = gpu_submit(t.gpu, t.lane, n / COPY_BYTES_PER_NS);
 	if (wait)
-		wait_until(done);
+		wait_for(t, ticket);
 	return CUDA_SUCCESS;
 }
 
 static CUresult stream_sync(CUstream h, int ptsz)
 {
-	pthread_mutex_lock(&drv.mu);
-	struct CUstream_st *s = stream_of(h, ptsz);
-	if (s == NULL) {
-		pthread_mutex_unlock(&drv.mu);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	uint64_t deadline = s->busy_until;
-	pthread_mutex_unlock(&drv.mu);
-	wait_until(deadline);
+	struct target t;
+	CUresult r = stream_target(h, ptsz, &t);
+	if (r != CUDA_SUCCESS)
+		return r;
+	wait_for(t, gpu_submit(t.gpu, t.lane, 0));
 	return CUDA_SUCCESS;
+}
+
+/* event_of resolves an event handle and copies what it recorded. */
+static struct CUevent_st *event_of(CUevent e, struct CUevent_st *out)
+{
+	pthread_mutex_lock(&drv.mu);
+	struct CUevent_st *ev = POOL_GET(event, e);
+	if (ev != NULL)
+		*out = *ev;
+	pthread_mutex_unlock(&drv.mu);
+	return ev;
 }
 
 static CUresult stream_wait_event(CUstream h, CUevent e, int ptsz)
 {
+	struct target t;
+	struct CUevent_st ev;
+	CUresult r = stream_target(h, ptsz, &t);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (event_of(e, &ev) == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!ev.recorded)
+		return CUDA_SUCCESS;
 	pthread_mutex_lock(&drv.mu);
-	struct CUstream_st *s = stream_of(h, ptsz);
-	struct CUevent_st *ev = POOL_GET(event, e);
-	CUresult r = CUDA_ERROR_INVALID_HANDLE;
-	if (s != NULL && ev != NULL) {
-		if (ev->recorded && ev->time > s->busy_until)
-			s->busy_until = ev->time;
-		r = CUDA_SUCCESS;
-	}
+	struct gpu *evgpu = device(ev.dev, &r);
 	pthread_mutex_unlock(&drv.mu);
-	return r;
+	if (r != CUDA_SUCCESS)
+		return r;
+	/* The stream waits on the GPU; where that cannot be expressed (another
+	 * device, or a lane that already waits) the host waits instead, which
+	 * keeps the order as well. */
+	if (evgpu != t.gpu || gpu_wait_lane(t.gpu, t.lane, ev.lane, ev.ticket) != 0)
+		wait_for((struct target){ evgpu, ev.lane }, ev.ticket);
+	return CUDA_SUCCESS;
 }
 
 static CUresult event_record(CUevent e, CUstream h, int ptsz)
 {
+	struct target t;
+	struct CUevent_st tmp;
+	CUresult r = stream_target(h, ptsz, &t);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (event_of(e, &tmp) == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	uint64_t ticket = gpu_submit(t.gpu, t.lane, 0);
 	pthread_mutex_lock(&drv.mu);
-	struct CUstream_st *s = stream_of(h, ptsz);
 	struct CUevent_st *ev = POOL_GET(event, e);
-	CUresult r = CUDA_ERROR_INVALID_HANDLE;
-	if (s != NULL && ev != NULL) {
-		ev->time = enqueue(s, 0);
+	if (ev != NULL) {
+		ev->dev = (CUdevice)(t.gpu - drv.gpu);
+		ev->lane = t.lane;
+		ev->ticket = ticket;
 		ev->recorded = 1;
-		r = CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&drv.mu);
-	return r;
+	return ev != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 /* ---- setup and teardown ---- */
@@ -239,9 +389,11 @@ EXPORT CUresult cuInit(unsigned int Flags)
 	if (Flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&drv.mu);
-	drv.initialized = 1;
+	CUresult r = drv.initialized ? CUDA_SUCCESS : configure();
+	if (r == CUDA_SUCCESS)
+		__atomic_store_n(&drv.initialized, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&drv.mu);
-	return CUDA_SUCCESS;
+	return r;
 }
 
 EXPORT CUresult cuDeviceGetCount(int *count)
@@ -250,7 +402,7 @@ EXPORT CUresult cuDeviceGetCount(int *count)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!__atomic_load_n(&drv.initialized, __ATOMIC_ACQUIRE))
 		return CUDA_ERROR_NOT_INITIALIZED;
-	*count = 1;
+	*count = drv.ndev;
 	return CUDA_SUCCESS;
 }
 
@@ -260,9 +412,9 @@ EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!__atomic_load_n(&drv.initialized, __ATOMIC_ACQUIRE))
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (ordinal != 0)
+	if (ordinal < 0 || ordinal >= drv.ndev)
 		return CUDA_ERROR_INVALID_DEVICE;
-	*device = 0;
+	*device = ordinal;
 	return CUDA_SUCCESS;
 }
 
@@ -273,15 +425,18 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!__atomic_load_n(&drv.initialized, __ATOMIC_ACQUIRE))
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (dev != 0)
-		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&drv.mu);
-	struct CUctx_st *c = POOL_NEW(ctx);
-	if (c != NULL)
+	CUresult r;
+	struct CUctx_st *c = NULL;
+	if (device(dev, &r) != NULL && (c = POOL_NEW(ctx)) != NULL) {
 		c->dev = dev;
+		current_dev = dev;
+	} else if (r == CUDA_SUCCESS) {
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	pthread_mutex_unlock(&drv.mu);
 	if (c == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		return r;
 	*pctx = c;
 	return CUDA_SUCCESS;
 }
@@ -312,7 +467,20 @@ EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { DESTROY(ctx, ctx); }
 EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
 	(void)Flags;
-	CREATE(stream, phStream);
+	if (phStream == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&drv.mu);
+	struct CUstream_st *s = POOL_NEW(stream);
+	if (s != NULL) {
+		s->dev = current_dev;
+		/* Lane 0 is the legacy default stream's. */
+		s->lane = 1 + (unsigned)(s - drv.stream) % (GPU_LANES - 1);
+	}
+	pthread_mutex_unlock(&drv.mu);
+	if (s == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*phStream = s;
+	return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) { DESTROY(stream, hStream); }
@@ -476,14 +644,16 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDi
 static CUresult graph_launch(CUgraphExec g, CUstream h, int ptsz)
 {
 	pthread_mutex_lock(&drv.mu);
-	struct CUstream_st *s = stream_of(h, ptsz);
-	CUresult r = CUDA_ERROR_INVALID_HANDLE;
-	if (s != NULL && POOL_GET(graph_exec, g) != NULL) {
-		enqueue(s, 0);
-		r = CUDA_SUCCESS;
-	}
+	int known = POOL_GET(graph_exec, g) != NULL;
 	pthread_mutex_unlock(&drv.mu);
-	return r;
+	struct target t;
+	CUresult r = stream_target(h, ptsz, &t);
+	if (r == CUDA_SUCCESS && !known)
+		r = CUDA_ERROR_INVALID_HANDLE;
+	if (r != CUDA_SUCCESS)
+		return r;
+	gpu_submit(t.gpu, t.lane, 0);
+	return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
@@ -582,22 +752,34 @@ EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 
 EXPORT CUresult cuCtxSynchronize(void)
 {
+	/* A process that has queued nothing on the device has nothing to
+	 * wait for (even before cuInit, as the stub always allowed). */
 	pthread_mutex_lock(&drv.mu);
-	uint64_t deadline = drv.latest;
+	struct gpu *g = current_dev >= 0 && current_dev < MAX_DEVICES && drv.attached[current_dev] ?
+		&drv.gpu[current_dev] : NULL;
 	pthread_mutex_unlock(&drv.mu);
-	wait_until(deadline);
+	if (g == NULL)
+		return CUDA_SUCCESS;
+	uint64_t want[GPU_LANES];
+	gpu_tickets(g, want);
+	gpu_wait(g, want);
 	return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
-	pthread_mutex_lock(&drv.mu);
-	struct CUevent_st *ev = POOL_GET(event, hEvent);
-	uint64_t deadline = ev != NULL && ev->recorded ? ev->time : 0;
-	pthread_mutex_unlock(&drv.mu);
-	if (ev == NULL)
+	struct CUevent_st ev;
+	if (event_of(hEvent, &ev) == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	wait_until(deadline);
+	if (!ev.recorded)
+		return CUDA_SUCCESS;
+	CUresult r;
+	pthread_mutex_lock(&drv.mu);
+	struct gpu *g = device(ev.dev, &r);
+	pthread_mutex_unlock(&drv.mu);
+	if (g == NULL)
+		return r;
+	wait_for((struct target){ g, ev.lane }, ev.ticket);
 	return CUDA_SUCCESS;
 }
 

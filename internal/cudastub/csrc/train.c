@@ -7,6 +7,13 @@
  * limit), whichever ends first, or until SIGINT or SIGTERM, then prints on
  * stderr:
  *   train: 2000 launches in 10.01 s: 199.8 launches/s
+ * and, for programs, one JSON line on stdout:
+ *   {"workload":"train","launches":2000,"completed":2000,"seconds":10.01,
+ *    "launches_per_s":199.8,"kernel_us":5000,"lost":0}
+ * A launch counts as completed when a synchronize after it returns. At exit
+ * train checks that no work was lost: every launch completed, and no sooner
+ * than its kernels could have run one after another on the GPU. If not, it
+ * says so and exits with status 1.
  *
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -76,16 +83,35 @@ int main(int argc, char **argv)
 	void *params[] = { &kns };
 	uint64_t start = now_ns();
 	uint64_t end = duration > 0 ? start + (uint64_t)(duration * 1e9) : UINT64_MAX;
-	unsigned long n = 0;
+	unsigned long n = 0, completed = 0;
 	while (!stop && (iterations == 0 || n < iterations) && now_ns() < end) {
 		check(cuLaunchKernel(fn, 1024, 1, 1, 512, 1, 1, 49152, stream, params, NULL), "cuLaunchKernel");
-		if (++n % sync_every == 0)
+		if (++n % sync_every == 0) {
 			check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+			completed = n;
+		}
 	}
 	check(cuStreamSynchronize(stream), "cuStreamSynchronize");
-	double secs = (now_ns() - start) / 1e9;
+	completed = n;
+	uint64_t elapsed = now_ns() - start;
+	double secs = elapsed / 1e9;
 	check(cuStreamDestroy_v2(stream), "cuStreamDestroy_v2");
 	check(cuCtxDestroy_v2(ctx), "cuCtxDestroy_v2");
-	fprintf(stderr, "train: %lu launches in %.2f s: %.1f launches/s\n", n, secs, secs > 0 ? n / secs : 0);
+	fprintf(stderr, "train: %lu launches in %.2f s: %.1f launches/s\n", n, secs, secs > 0 ? completed / secs : 0);
+	/* One stream runs its kernels one after another: all of them cannot
+	 * have completed sooner than their summed durations. */
+	unsigned long lost = n - completed;
+	if (lost == 0 && elapsed < (uint64_t)n * kns) {
+		unsigned long could = kns > 0 ? (unsigned long)(elapsed / kns) : n;
+		lost = n - could;
+	}
+	printf("{\"workload\":\"train\",\"launches\":%lu,\"completed\":%lu,\"seconds\":%.3f,"
+	       "\"launches_per_s\":%.1f,\"kernel_us\":%g,\"lost\":%lu}\n",
+		n, completed, secs, secs > 0 ? completed / secs : 0, kernel_us, lost);
+	if (lost > 0) {
+		fprintf(stderr, "train: lost work: %lu of %lu launches of %g us completed in %.6f s, which could run "
+			"only %lu; the driver dropped or skipped work\n", completed, n, kernel_us, secs, n - lost);
+		return 1;
+	}
 	return 0;
 }
