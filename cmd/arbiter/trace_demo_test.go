@@ -120,6 +120,8 @@ func TestDemo(t *testing.T) {
 		"2 CUDA processes (",
 		`"kind":"sync","func":"cuStreamSynchronize"`,
 		"resnet-infer",
+		"Under arbiter run, LC p99 is",
+		"gate      supported",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
