@@ -28,8 +28,9 @@ import (
 )
 
 // liveSource is an event source on the wall clock: events pushed to it
-// are stamped now and read in order; deadlines fire on time; Wake and
-// Close unblock a pending Read. It is the smallest live DeadlineSource.
+// are stamped now and read in order; deadlines fire on time; Wake makes
+// a pending Read return (an event, or trace.ErrDeadline so that the
+// engine runs posted work) and Close ends it. It is the smallest live DeadlineSource.
 type liveSource struct {
 	start    time.Time
 	mu       sync.Mutex
@@ -79,6 +80,14 @@ func (s *liveSource) Read(ev *trace.Event) error {
 		t := time.NewTimer(wait)
 		select {
 		case <-s.wake:
+			t.Stop()
+			s.mu.Lock()
+			n := len(s.pending)
+			s.mu.Unlock()
+			if n == 0 {
+				return trace.ErrDeadline // woken for posted work: let the engine run it now
+			}
+			continue
 		case <-t.C:
 		case <-s.closed:
 			t.Stop()

@@ -44,7 +44,7 @@ func (s *Server) registerMetrics() (*httpMetrics, error) {
 }
 
 func (s *Server) metricsHandler() http.Handler {
-	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: 4})
+	return promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
 // httpMetrics count API requests.
