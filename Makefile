@@ -5,8 +5,10 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 # The one build line of the arbiter binary: static (CGO off), paths trimmed,
 # version stamped. build and dist both use it; GOOS/GOARCH come from the
-# environment.
-GOBUILD   = CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
+# environment. CGO=1 builds with cgo instead, which lets the daemon load
+# NVML for its GPU inventory (docs/architecture.md, "NVML and cgo").
+CGO      ?= 0
+GOBUILD   = CGO_ENABLED=$(CGO) $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 # dist: where `make dist` writes binaries, packages and SHA256SUMS, and for
 # which architectures.
 DIST        ?= dist
