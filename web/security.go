@@ -57,19 +57,20 @@ func writeError(w http.ResponseWriter, code int, msg string, details []string) {
 	_ = json.NewEncoder(w).Encode(apiError{Error: msg, Details: details})
 }
 
-// mutation guards a POST endpoint: rate limit, bearer token, JSON content
-// type, body size. Order matters: a flood is refused before anything is
-// read, and an unauthenticated request never reaches the body.
+// mutation guards a POST endpoint: bearer token, rate limit, JSON content
+// type, body size. Order matters: a request without the token is refused
+// before it can use up the rate limit's budget (guessing a 256-bit token
+// is hopeless at any rate), and nothing is read before both pass.
 func (s *Server) mutation(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		if !s.limiter.Allow() {
-			c.Response().Header().Set("Retry-After", "1")
-			return errorf(http.StatusTooManyRequests, "too many changes: at most %g a second (burst %d); retry later", s.lim.MutationsPerSecond, s.lim.MutationBurst)
-		}
 		if !s.authorized(r.Header.Get("Authorization")) {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="arbiter"`)
 			return errorf(http.StatusUnauthorized, "missing or wrong API token: send \"Authorization: Bearer <token>\" with the token from %s", s.opts.TokenFile)
+		}
+		if !s.limiter.Allow() {
+			c.Response().Header().Set("Retry-After", "1")
+			return errorf(http.StatusTooManyRequests, "too many changes: at most %g a second (burst %d); retry later", s.lim.MutationsPerSecond, s.lim.MutationBurst)
 		}
 		mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || mt != "application/json" {

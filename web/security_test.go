@@ -87,9 +87,14 @@ func TestCrossOriginRefused(t *testing.T) {
 }
 
 // TestRateLimit: mutations past the burst get 429 with Retry-After;
-// reads are not limited.
+// requests without the token and reads are not counted.
 func TestRateLimit(t *testing.T) {
 	f := newFixture(t, 2, Limits{MutationsPerSecond: 0.001, MutationBurst: 3})
+	for range 10 { // requests without the token use none of the budget
+		if w := f.do("POST", "/api/v1/policy/rollback", `{"revision":"x"}`, "Authorization", "Bearer nope"); w.Code != 401 {
+			t.Fatalf("wrong token: %d", w.Code)
+		}
+	}
 	codes := map[int]int{}
 	for range 6 {
 		w := f.do("POST", "/api/v1/policy/rollback", `{"revision":"x"}`)
