@@ -21,8 +21,13 @@ func LatencyBuckets() []float64 {
 	return []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 }
 
-// histogramTimeout bounds the wait for the engine loop's histograms.
-const histogramTimeout = 2 * time.Second
+// histogramTimeout bounds the wait for the engine loop's histograms;
+// histogramRetry is how long an engine loop that did not answer is left
+// alone.
+const (
+	histogramTimeout = 2 * time.Second
+	histogramRetry   = 30 * time.Second
+)
 
 // registerMetrics fills the server's own registry: the snapshot
 // collector, the HTTP metrics, and the Go runtime and process collectors.
@@ -82,11 +87,10 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 type collector struct {
 	s *Server
 	d map[string]*prometheus.Desc
-	// one histogram request to the engine at a time; last is the latest
-	// answer, reused while a request is outstanding.
-	mu      sync.Mutex
-	pending bool
-	last    map[string]engine.LatencyHistogram
+	// mu makes one histogram request to the engine at a time; failed is
+	// when the last one went unanswered.
+	mu     sync.Mutex
+	failed time.Time
 }
 
 // metric is one exported family: name, help and variable labels.
@@ -261,40 +265,31 @@ func (c *collector) classes(snap *engine.Snapshot, gauge gaugeFunc, counter coun
 	}
 }
 
-// histograms asks the engine for its classes' histograms, waiting a
-// bounded time; while an earlier request is unanswered it reuses the
-// latest answer rather than queueing more work on the engine.
+// histograms asks the engine for its classes' histograms, one scrape at
+// a time, waiting at most histogramTimeout. An engine loop that did not
+// answer (stopped, or stalled) is not asked again for histogramRetry, so
+// that scrapes stay fast and do not queue work on a loop that is not
+// running; the histogram families are left out meanwhile.
 func (c *collector) histograms() map[string]engine.LatencyHistogram {
 	hs, ok := c.s.opts.Snapshots.(HistogramSource)
 	if !ok {
 		return nil
 	}
 	c.mu.Lock()
-	if c.pending {
-		last := c.last
-		c.mu.Unlock()
-		return last
+	defer c.mu.Unlock()
+	if !c.failed.IsZero() && time.Since(c.failed) < histogramRetry {
+		return nil
 	}
-	c.pending = true
-	c.mu.Unlock()
-	done := make(chan struct{})
-	var got map[string]engine.LatencyHistogram
-	go func() {
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), histogramTimeout)
-		defer cancel()
-		m, err := hs.LatencyHistograms(ctx, LatencyBuckets())
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.pending = false
-		if err != nil {
-			c.s.log.Debug().Err(err).Msg("latency histograms unavailable for this scrape")
-			return
-		}
-		c.last, got = m, m
-	}()
-	<-done
-	return got
+	ctx, cancel := context.WithTimeout(context.Background(), histogramTimeout)
+	defer cancel()
+	m, err := hs.LatencyHistograms(ctx, LatencyBuckets())
+	if err != nil {
+		c.failed = time.Now()
+		c.s.log.Warn().Err(err).Dur("retry_in", histogramRetry).Msg("latency histograms left out of /metrics")
+		return nil
+	}
+	c.failed = time.Time{}
+	return m
 }
 
 func (c *collector) gpus(snap *engine.Snapshot, gauge gaugeFunc) {

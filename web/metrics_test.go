@@ -1,19 +1,26 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/rs/zerolog"
+
+	"github.com/gpu-arbiter/arbiter/engine"
 )
 
 // gather scrapes the fixture's registry into families by name.
@@ -264,5 +271,35 @@ func TestAlertRules(t *testing.T) {
 	}
 	if !slices.Contains(recorded, "arbiter:class_slo_error_budget:ratio") {
 		t.Error("no error budget recording rule")
+	}
+}
+
+// TestMetricsStoppedEngine: an engine loop that does not answer costs
+// one scrape the histogram timeout; later scrapes leave the histograms
+// out at once instead of queueing more work on it.
+func TestMetricsStoppedEngine(t *testing.T) {
+	e, err := engine.New(newLiveSource(), nil, nil) // never run
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Snapshots: e, TokenFile: filepath.Join(t.TempDir(), "tok"), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	scrape := func() time.Duration {
+		start := time.Now()
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+		if w.Code != 200 || !strings.Contains(w.Body.String(), "arbiter_engine_events_total 0") {
+			t.Fatalf("scrape: %d %s", w.Code, w.Body)
+		}
+		return time.Since(start)
+	}
+	if d := scrape(); d < histogramTimeout {
+		t.Errorf("first scrape took %v: the engine answered although it never ran", d)
+	}
+	if d := scrape(); d > time.Second {
+		t.Errorf("second scrape took %v: it waited for the stopped engine again", d)
 	}
 }

@@ -219,6 +219,8 @@ func (s *Server) ServeTCP(addr, tlsCert, tlsKey string) error {
 }
 
 // Serve serves plain HTTP on a listener the caller made, until Shutdown.
+// It does not look at the listener's address: for TCP prefer ServeTCP,
+// which refuses to send the token in clear off loopback.
 func (s *Server) Serve(l net.Listener) error { return s.serve(l, "", "") }
 
 func (s *Server) serve(l net.Listener, cert, key string) error {
