@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -187,5 +188,28 @@ func waitGoroutines(t *testing.T, max int) {
 			t.Fatalf("%d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), max, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestEventStreamOutlivesReadTimeout: a stream lasts longer than the
+// server's read timeout, which bounds reading the request only (net/http
+// clears the deadline once the request is read; this keeps it so).
+func TestEventStreamOutlivesReadTimeout(t *testing.T) {
+	f := newFixture(t, 5, Limits{SnapshotInterval: 20 * time.Millisecond, Heartbeat: 50 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go f.s.Serve(l)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, ch := openStream(t, ctx, "http://"+l.Addr().String())
+	defer resp.Body.Close()
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		next(t, ch, "")
+	}
+	if f.s.hub.clients.Load() != 1 {
+		t.Errorf("%d stream clients after 1 s, want 1", f.s.hub.clients.Load())
 	}
 }

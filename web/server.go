@@ -86,6 +86,9 @@ type Limits struct {
 	StreamBuffer int
 	// WriteTimeout bounds one write to a stream client (default 10 s).
 	WriteTimeout time.Duration
+	// ReadTimeout bounds reading a request, headers and body (default
+	// 30 s).
+	ReadTimeout time.Duration
 }
 
 // Defaults of Limits.
@@ -98,6 +101,7 @@ const (
 	DefaultMaxStreams         = 64
 	DefaultStreamBuffer       = 16
 	DefaultWriteTimeout       = 10 * time.Second
+	DefaultReadTimeout        = 30 * time.Second
 )
 
 func (l *Limits) withDefaults() Limits {
@@ -125,6 +129,9 @@ func (l *Limits) withDefaults() Limits {
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
 	}
 	return o
 }
@@ -224,7 +231,7 @@ func (s *Server) ServeTCP(addr, tlsCert, tlsKey string) error {
 func (s *Server) Serve(l net.Listener) error { return s.serve(l, "", "") }
 
 func (s *Server) serve(l net.Listener, cert, key string) error {
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: min(10*time.Second, s.lim.ReadTimeout), ReadTimeout: s.lim.ReadTimeout,
 		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10, ErrorLog: nil}
 	s.mu.Lock()
 	if s.closed {
