@@ -73,7 +73,7 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 			s.handleError(err, c)
 			code = c.Response().Status
 		}
-		s.http.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(code)).Inc()
+		s.http.requests.WithLabelValues(route, methodLabel(c.Request().Method), strconv.Itoa(code)).Inc()
 		if route != APIPrefix+"/events" {
 			s.http.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		}
@@ -326,6 +326,17 @@ func (c *collector) engine(snap *engine.Snapshot, counter counterFunc) {
 		counter("arbiter_enforcement_actions_total", n, string(action))
 	}
 	counter("arbiter_enforcement_failures_total", st.EnforceErrors)
+}
+
+// methodLabel bounds the method label: any method a client makes up
+// counts as "other".
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "other"
 }
 
 func b2f(b bool) float64 {

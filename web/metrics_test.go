@@ -52,6 +52,8 @@ func TestMetrics(t *testing.T) {
 	f := newFixture(t, 40, Limits{})
 	f.eng.waitFor(t, func(s *engineSnapshot) bool { return s.Stats.Requests >= 12 })
 	f.s.SetReady(true)
+	f.do("GET", "/api/v1/no-such-"+strings.Repeat("x", 20), nil)
+	f.do("FROBNICATE", "/api/v1/status", nil)
 	w := f.do("GET", "/metrics", nil)
 	if w.Code != 200 || !strings.Contains(w.Body.String(), "arbiter_engine_events_total") {
 		t.Fatalf("/metrics: %d", w.Code)
@@ -66,9 +68,9 @@ func TestMetrics(t *testing.T) {
 	}
 	for name, mf := range fams {
 		for _, m := range mf.GetMetric() {
-			for l := range labelsOf(m) {
-				if l == "pid" || l == "comm" {
-					t.Errorf("%s has unbounded label %s", name, l)
+			for l, v := range labelsOf(m) {
+				if l == "pid" || l == "comm" || strings.Contains(v, "no-such") || v == "FROBNICATE" {
+					t.Errorf("%s has an unbounded label %s=%q", name, l, v)
 				}
 			}
 		}
