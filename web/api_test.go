@@ -304,3 +304,24 @@ func TestProbes(t *testing.T) {
 		t.Errorf("readyz when ready: %d", w.Code)
 	}
 }
+
+// TestConsoleMount: with a console, every path outside the API, the
+// probes and /metrics goes to it, with the security headers; the API's
+// own unknown paths still get the API's JSON 404.
+func TestConsoleMount(t *testing.T) {
+	f := newFixture(t, 1, Limits{})
+	f.s.opts.Console = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("console " + r.URL.Path))
+	})
+	for path, want := range map[string]string{"/": "console /", "/static/app.js": "console /static/app.js",
+		"/api/v1/nope": "no such endpoint", "/healthz": `"ok"`, "/api/v1/status": `"hostname":"node1"`, "/metrics": "arbiter_ready"} {
+		w := f.do("GET", path, nil)
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("GET %s: %d %.80s, want %q", path, w.Code, w.Body, want)
+		}
+		if w.Header().Get("Content-Security-Policy") == "" {
+			t.Errorf("GET %s: no Content-Security-Policy", path)
+		}
+	}
+}
