@@ -35,7 +35,9 @@ type runFlags struct {
 	// nodeName and kubeletSocket turn on Kubernetes pod metadata for the
 	// policy input (the DaemonSet sets them).
 	nodeName, kubeletSocket string
-	cfg                     config.Config
+	// listenPlain serves --listen over plain HTTP even off loopback.
+	listenPlain bool
+	cfg         config.Config
 }
 
 func newRunCmd() *cobra.Command {
@@ -60,6 +62,7 @@ start or by arbiter recover.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "YAML config file (default "+config.DefaultPath+" when it exists)")
 	fl.DurationVar(&f.requestGap, "request-gap", defaultRequestGap, "idle time after a latency-critical process's last synchronization that ends its request")
+	fl.BoolVar(&f.listenPlain, "listen-plain", false, "serve --listen over plain HTTP even when it is not a loopback address (a pod network Prometheus scrapes); reads are open there and the token of policy changes crosses the network in clear")
 	fl.StringVar(&f.nodeName, "node-name", "", "Kubernetes node name (the DaemonSet passes spec.nodeName): policies then see each process's pod namespace, name and labels from the API server")
 	fl.StringVar(&f.kubeletSocket, "kubelet-socket", "", "the kubelet's pod-resources socket (e.g. "+kube.DefaultPodResourcesSocket+"): pods named from their GPUs where the API server cannot")
 	for _, s := range config.Settings() {
@@ -81,7 +84,7 @@ func resolveConfig(fl *pflag.FlagSet, path string) (config.Config, string, error
 	}
 	var ferr error
 	fl.Visit(func(fg *pflag.Flag) {
-		if fg.Name == "config" || fg.Name == "request-gap" || fg.Name == "node-name" || fg.Name == "kubelet-socket" || ferr != nil {
+		if fg.Name == "config" || fg.Name == "request-gap" || fg.Name == "node-name" || fg.Name == "kubelet-socket" || fg.Name == "listen-plain" || ferr != nil {
 			return
 		}
 		ferr = cfg.SetFlag(fg.Name, fg.Value.String())
@@ -130,7 +133,7 @@ func runDaemon(cmd *cobra.Command, f *runFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &daemon{cfg: cfg, log: log, requestGap: f.requestGap, proc: procfs.New("/")}
+	d := &daemon{cfg: cfg, log: log, requestGap: f.requestGap, listenPlain: f.listenPlain, proc: procfs.New("/")}
 	if f.nodeName != "" || f.kubeletSocket != "" {
 		d.pods = kube.New(kube.Options{NodeName: f.nodeName, Client: kubeClient(f.nodeName), PodResourcesSocket: f.kubeletSocket,
 			OnChange: func(h kube.Health) { log.Info().Interface("kubernetes", h).Msg("pod metadata source changed") }})
@@ -149,15 +152,16 @@ func orNone(s string) string {
 // daemon is one run of `arbiter run`: what it opened, so that it closes
 // everything whatever way it stops.
 type daemon struct {
-	cfg        config.Config
-	log        zerolog.Logger
-	requestGap time.Duration
-	proc       *procfs.FS
-	pods       *kube.Resolver // nil off Kubernetes
-	keeper     *nvrm.Keeper
-	tracer     *uprobe.Tracer
-	policy     *livePolicy
-	eng        *engine.Engine
+	cfg         config.Config
+	log         zerolog.Logger
+	requestGap  time.Duration
+	listenPlain bool
+	proc        *procfs.FS
+	pods        *kube.Resolver // nil off Kubernetes
+	keeper      *nvrm.Keeper
+	tracer      *uprobe.Tracer
+	policy      *livePolicy
+	eng         *engine.Engine
 }
 
 // kubeClient is the API server source, on when the node name is known.

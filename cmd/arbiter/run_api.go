@@ -15,6 +15,7 @@ import (
 	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/internal/preflight"
 	"github.com/gpu-arbiter/arbiter/web"
+	"github.com/gpu-arbiter/arbiter/web/console"
 )
 
 // apiServer is the daemon's HTTP API on its unix socket and TCP address.
@@ -47,6 +48,7 @@ func (d *daemon) serveAPI(node *nodeInfo) (*apiServer, error) {
 	ps := newPolicyService(d.policy, func() *engine.Engine { return d.eng }, d.proc, node.policyNode)
 	srv, err := web.New(web.Options{
 		Snapshots: d.eng, Node: wn, Policy: ps, TokenFile: tokenFile(d.cfg.StateDir), Version: version, Logger: d.log,
+		Console: console.Handler(),
 		Capture: func() web.CaptureStats {
 			st := d.tracer.Stats()
 			return web.CaptureStats{Events: st.Events, Dropped: st.Drops, DecodeErrors: st.DecodeErrors}
@@ -57,18 +59,35 @@ func (d *daemon) serveAPI(node *nodeInfo) (*apiServer, error) {
 	}
 	d.log.Info().Str("token_file", tokenFile(d.cfg.StateDir)).Msg("API token for policy changes (POST requests)")
 	a := &apiServer{srv: srv, errs: make(chan error, 2)}
-	l, err := net.Listen("tcp", d.cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s (--listen): %w", d.cfg.Listen, err)
+	// ServeTCP refuses plain HTTP off loopback (the bearer token would
+	// cross the network in clear); both report a refused address or
+	// socket at once.
+	if d.listenPlain {
+		l, err := net.Listen("tcp", d.cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s (--listen): %w", d.cfg.Listen, err)
+		}
+		d.log.Warn().Str("listen", d.cfg.Listen).Msg("--listen-plain: serving plain HTTP; policy changes send the API token in clear")
+		go a.run(func() error { return srv.Serve(l) })
+	} else {
+		go a.run(func() error {
+			if err := srv.ServeTCP(d.cfg.Listen, "", ""); err != nil {
+				return fmt.Errorf("serve the API on %s (--listen): %w", d.cfg.Listen, err)
+			}
+			return nil
+		})
 	}
-	go a.run(func() error { return srv.Serve(l) })
-	go a.run(func() error { return srv.ServeUnix(d.cfg.Socket) })
-	// ServeUnix reports a refused socket at once.
+	go a.run(func() error {
+		if err := srv.ServeUnix(d.cfg.Socket); err != nil {
+			return fmt.Errorf("serve the API socket %s (--socket): %w", d.cfg.Socket, err)
+		}
+		return nil
+	})
 	select {
 	case err := <-a.errs:
 		_ = srv.Shutdown(context.Background())
-		return nil, fmt.Errorf("serve the API socket %s (--socket): %w", d.cfg.Socket, err)
-	case <-time.After(100 * time.Millisecond):
+		return nil, err
+	case <-time.After(200 * time.Millisecond):
 	}
 	return a, nil
 }

@@ -243,7 +243,7 @@ func TestRenderDefaults(t *testing.T) {
 		checkSecurity(t, c, wantCaps, false)
 	}
 	wantArgs := []string{"run", "--config=/etc/arbiter/config.yaml", "--node-name=$(NODE_NAME)",
-		"--kubelet-socket=/var/lib/kubelet/pod-resources/kubelet.sock"}
+		"--kubelet-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "--listen-plain"}
 	if !slices.Equal(daemon.Args, wantArgs) {
 		t.Errorf("args %q, want %q", daemon.Args, wantArgs)
 	}
