@@ -206,15 +206,27 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 		}
 		e.publish()
 	}()
-	stop := context.AfterFunc(ctx, func() { e.src.Close() })
+	// Cancellation wakes a source that can be woken, so that the
+	// enforcer is still open for ReleaseAll; others are closed.
+	cancel := func() { e.src.Close() }
+	if w, ok := e.src.(interface{ Wake() }); ok {
+		cancel = w.Wake
+	}
+	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
 	var ev trace.Event
-	for {
+	for n := 0; ; n++ {
 		rerr := e.src.Read(&ev)
 		switch {
 		case rerr == nil:
 			e.Apply(&ev)
+			if n%1024 == 0 && ctx.Err() != nil {
+				return nil
+			}
 		case errors.Is(rerr, trace.ErrDeadline):
+			if ctx.Err() != nil {
+				return nil
+			}
 			e.advance(e.dl.Now())
 			e.maybeControl()
 		case errors.Is(rerr, io.EOF):

@@ -221,6 +221,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	node := newNodeInfo(d.log, enf)
 	enf.node = node
 	src := engine.NewLive(d.tracer)
+	defer src.Close()
 	opts := engine.Options{
 		Classifier: d.policy.classifier(node.policyNode, d.proc, d.podLookup()),
 		Placement:  enf,

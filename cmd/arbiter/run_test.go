@@ -108,16 +108,19 @@ func (d *testDaemon) output() string {
 	return string(b)
 }
 
-// stop sends sig and waits for the daemon to exit.
-func (d *testDaemon) stop(sig syscall.Signal) {
+// stop sends sig and waits for the daemon to exit; it returns how it
+// exited.
+func (d *testDaemon) stop(sig syscall.Signal) error {
 	d.t.Helper()
 	_ = d.cmd.Process.Signal(sig)
 	select {
-	case <-d.exited:
+	case err := <-d.exited:
 		d.done = true
+		return err
 	case <-time.After(10 * time.Second):
 		d.t.Fatalf("daemon did not stop on %v\n%s", sig, d.output())
 	}
+	return nil
 }
 
 func (d *testDaemon) processes() []web.ProcessItem {
@@ -260,8 +263,13 @@ func TestDaemonFailSafe(t *testing.T) {
 	// policy. A clean stop releases it at once.
 	d.waitProcess(pid, "held", "gated")
 	waitStopped(t, pid, true, "gated by the third daemon")
-	d.stop(syscall.SIGTERM)
+	if err := d.stop(syscall.SIGTERM); err != nil {
+		t.Errorf("clean stop with a process gated: %v\n%s", err, d.output())
+	}
 	waitStopped(t, pid, false, "after a clean stop")
+	if !strings.Contains(d.output(), "every enforcement undone") {
+		t.Errorf("no clean stop in the log:\n%s", d.output())
+	}
 }
 
 func nvrmStateDirOf(n *recoverNode) string { return filepath.Join(filepath.Dir(n.stateDir), "nvrm") }
