@@ -245,10 +245,18 @@ func (w *Watcher) build(ctx context.Context) (*Policy, error) {
 	return w.check(ctx, src)
 }
 
-// check loads src and runs its Rego tests; a policy with failing tests
-// is as broken as one that does not compile.
+// check loads src and runs its Rego tests, as Check.
 func (w *Watcher) check(ctx context.Context, src *Source) (*Policy, error) {
-	p, err := New(ctx, src, w.opts.Policy)
+	return Check(ctx, src, w.opts.Policy)
+}
+
+// Check compiles and checks src (New) and runs its Rego tests: what a
+// Watcher does before it swaps a policy in. A policy with failing tests is
+// as broken as one that does not compile; the error is an *Error with a
+// diagnostic per failed test at its file and row. A policy without tests
+// passes.
+func Check(ctx context.Context, src *Source, opts *Options) (*Policy, error) {
+	p, err := New(ctx, src, opts)
 	if err != nil {
 		return nil, err
 	}

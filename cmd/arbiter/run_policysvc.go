@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,45 +74,21 @@ func (s *policyService) Status() web.PolicyStatus {
 	return st
 }
 
-// candidate loads, checks and tests files as the watcher would.
+// candidate loads, checks and tests files as the watcher does
+// (policy.Check).
 func (s *policyService) candidate(ctx context.Context, files web.PolicyFiles) (*policy.Policy, error) {
-	if len(files) == 0 {
-		return nil, &policy.Error{Source: "request", Diagnostics: []policy.Diagnostic{{Code: policy.CodeLoad, Message: "no policy files given"}}}
+	if err := files.Check(); err != nil {
+		return nil, &policy.Error{Source: "request", Diagnostics: []policy.Diagnostic{{Code: policy.CodeLoad, Message: err.Error()}}}
 	}
 	fsys := fstest.MapFS{}
 	for name, b := range files {
-		if name != filepath.Base(name) || strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".rego") || name == "data.json" || name == "data.yaml") {
-			return nil, &policy.Error{Source: "request", Diagnostics: []policy.Diagnostic{{Code: policy.CodeLoad,
-				Message: fmt.Sprintf("file name %q: want a plain NAME.rego, data.json or data.yaml (no directories, no leading dot)", name)}}}
-		}
 		fsys[name] = &fstest.MapFile{Data: b, Mode: 0o644}
 	}
 	src, err := policy.ReadFS(fsys, "candidate", nil)
 	if err != nil {
 		return nil, err
 	}
-	pol, err := policy.New(ctx, src, nil)
-	if err != nil {
-		return nil, err
-	}
-	rep, err := policy.Test(ctx, src, nil)
-	if err != nil {
-		return nil, err
-	}
-	if !rep.OK() {
-		var ds []policy.Diagnostic
-		for _, r := range rep.Results {
-			if r.Outcome == "fail" || r.Outcome == "error" {
-				msg := "test " + r.Name + ": " + r.Outcome
-				if r.Error != "" {
-					msg += ": " + r.Error
-				}
-				ds = append(ds, policy.Diagnostic{Code: policy.CodeTest, Message: msg, File: r.File, Row: r.Row})
-			}
-		}
-		return nil, &policy.Error{Source: "candidate", Revision: src.Revision, Diagnostics: ds}
-	}
-	return pol, nil
+	return policy.Check(ctx, src, nil)
 }
 
 // Validate implements web.PolicyService.
@@ -216,26 +193,41 @@ func (s *policyService) apply(ctx context.Context, files web.PolicyFiles, origin
 	return rev, nil
 }
 
-// readDir reads the policy directory's files (nil for the embedded policy).
+// readDir reads the policy directory's files as the loader does: .rego,
+// data.json and data.yaml, in subdirectories too, hidden names skipped
+// (nil for the embedded policy).
 func (s *policyService) readDir() (web.PolicyFiles, error) {
 	if s.lp.dir == "" {
 		return nil, nil
 	}
-	ents, err := os.ReadDir(s.lp.dir)
-	if err != nil {
-		return nil, fmt.Errorf("read the policy directory: %w", err)
-	}
 	files := web.PolicyFiles{}
-	for _, e := range ents {
-		n := e.Name()
-		if strings.HasPrefix(n, ".") || e.IsDir() || !(strings.HasSuffix(n, ".rego") || n == "data.json" || n == "data.yaml") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(s.lp.dir, n))
+	err := filepath.WalkDir(s.lp.dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
-			return nil, fmt.Errorf("read the policy directory: %w", err)
+			return err
 		}
-		files[n] = b
+		n := e.Name()
+		if strings.HasPrefix(n, ".") && p != s.lp.dir {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() || !(strings.HasSuffix(n, ".rego") || n == "data.json" || n == "data.yaml") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(s.lp.dir, p)
+		if err != nil {
+			return err
+		}
+		files[filepath.ToSlash(rel)] = b
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the policy directory %s: %w", s.lp.dir, err)
 	}
 	return files, nil
 }
@@ -245,7 +237,11 @@ func (s *policyService) readDir() (web.PolicyFiles, error) {
 // part), then the files of prev that files lacks removed.
 func writeDir(dir string, files, prev web.PolicyFiles) error {
 	for _, n := range sortedNames(files) {
-		tmp, err := os.CreateTemp(dir, "."+n+".*")
+		target := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return fmt.Errorf("write policy file %s: %w", n, err)
+		}
+		tmp, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*")
 		if err != nil {
 			return fmt.Errorf("write policy file %s: %w", n, err)
 		}
@@ -254,14 +250,14 @@ func writeDir(dir string, files, prev web.PolicyFiles) error {
 			os.Remove(tmp.Name())
 			return fmt.Errorf("write policy file %s: %w", n, err)
 		}
-		if err := os.Rename(tmp.Name(), filepath.Join(dir, n)); err != nil {
+		if err := os.Rename(tmp.Name(), target); err != nil {
 			os.Remove(tmp.Name())
 			return fmt.Errorf("write policy file %s: %w", n, err)
 		}
 	}
 	for n := range prev {
 		if _, keep := files[n]; !keep {
-			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := os.Remove(filepath.Join(dir, filepath.FromSlash(n))); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("remove policy file %s: %w", n, err)
 			}
 		}
