@@ -88,7 +88,7 @@ func exec(t uint64, pid uint32, comm string) trace.Event {
 func launch(t uint64, pid uint32) trace.Event {
 	return trace.Event{Kind: trace.KindLaunch, PID: pid, TID: pid, Time: t}
 }
-func sync(t uint64, pid uint32, dur uint64) trace.Event {
+func syncAt(t uint64, pid uint32, dur uint64) trace.Event {
 	ev := trace.Event{Kind: trace.KindSync, PID: pid, TID: pid, Time: t}
 	ev.Sync.Duration = dur
 	return ev
@@ -135,9 +135,9 @@ func proc(t *testing.T, s *engine.Snapshot, pid uint32) engine.ProcessView {
 func TestRequestSpansStages(t *testing.T) {
 	evs := []trace.Event{
 		exec(0, 10, "infer"), exec(0, 20, "train"), launch(us, 20),
-		launch(1000*us, 10), sync(1010*us, 10, 500*us), // ends 1510
-		launch(1540*us, 10), sync(1550*us, 10, 500*us), // ends 2050
-		launch(5000*us, 10), sync(5010*us, 10, 100*us), // a second request
+		launch(1000*us, 10), syncAt(1010*us, 10, 500*us), // ends 1510
+		launch(1540*us, 10), syncAt(1550*us, 10, 500*us), // ends 2050
+		launch(5000*us, 10), syncAt(5010*us, 10, 100*us), // a second request
 		launch(9000*us, 20),
 	}
 	e, enf := run(t, evs, engine.Options{IdleGap: 200 * time.Microsecond})
@@ -171,7 +171,7 @@ func (s supported) Strongest(pid uint32) (sched.Level, string) {
 func TestGateWhereChannelsUnknown(t *testing.T) {
 	evs := []trace.Event{
 		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"), launch(us, 20), launch(us, 30),
-		launch(1000*us, 10), sync(1010*us, 10, 500*us),
+		launch(1000*us, 10), syncAt(1010*us, 10, 500*us),
 		launch(3000*us, 20),
 	}
 	enf := supported{calls: &calls{fail: map[string]error{"suspend 30 gpu0": errors.New("pid 30: channel group handles unknown")}},
@@ -247,7 +247,7 @@ func TestVictimsChosenByPolicy(t *testing.T) {
 	})
 	evs := []trace.Event{
 		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"), launch(us, 20), launch(us, 30),
-		launch(200*uint64(time.Millisecond), 10), sync(200*uint64(time.Millisecond)+10*us, 10, 500*us),
+		launch(200*uint64(time.Millisecond), 10), syncAt(200*uint64(time.Millisecond)+10*us, 10, 500*us),
 	}
 	_, enf := run(t, evs, engine.Options{Victims: choose, IdleGap: 100 * time.Microsecond})
 	var got []string

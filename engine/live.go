@@ -97,6 +97,14 @@ func (l *Live) Wake() {
 // deadline or on Wake, io.EOF once every source ended, an error wrapping
 // trace.ErrClosed after Close, or the first source failure.
 func (l *Live) Read(ev *trace.Event) error {
+	// Fast path: an event already waiting needs no clock or timer.
+	select {
+	case it := <-l.ch:
+		if err := l.item(it, ev); !errors.Is(err, errSourceEnded) {
+			return err
+		}
+	default:
+	}
 	var tc <-chan time.Time
 	if l.deadline != 0 {
 		now := l.Now()

@@ -82,12 +82,15 @@ func resolveConfig(fl *pflag.FlagSet, path string) (config.Config, string, error
 	if err != nil {
 		return cfg, used, err
 	}
+	settings := map[string]bool{}
+	for _, s := range config.Settings() {
+		settings[s.Flag()] = true
+	}
 	var ferr error
 	fl.Visit(func(fg *pflag.Flag) {
-		if fg.Name == "config" || fg.Name == "request-gap" || fg.Name == "node-name" || fg.Name == "kubelet-socket" || fg.Name == "listen-plain" || ferr != nil {
-			return
+		if settings[fg.Name] && ferr == nil {
+			ferr = cfg.SetFlag(fg.Name, fg.Value.String())
 		}
-		ferr = cfg.SetFlag(fg.Name, fg.Value.String())
 	})
 	if ferr != nil {
 		return cfg, used, ferr
