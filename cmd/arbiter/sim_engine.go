@@ -41,17 +41,13 @@ func arbiterBaseline(ctx context.Context, dir string, gpus int, gap time.Duratio
 	if pol.HasVictims() {
 		opts.Victims = &policyVictims{current: current, node: nodeFn, timeout: policy.DefaultEvalTimeout}
 	}
-	cls := &policyClassifier{current: current, node: nodeFn, timeout: policy.DefaultEvalTimeout,
-		describe: func(p engine.ProcessInfo) (input.Process, error) {
-			return input.Process{PID: int(p.Key.PID), Comm: p.Comm}, nil
-		}}
 	plan := func(p whatif.Process) (sched.Plan, string, error) {
 		in := input.Process{PID: int(p.PID), Comm: specComm(p.Name), Env: p.Env}
 		if len(p.Labels) > 0 {
 			in.Pod = &input.Pod{UID: "simulated-" + p.Group, Namespace: "simulated", Name: p.Group, Labels: p.Labels}
 		}
-		c := *cls
-		c.describe = func(engine.ProcessInfo) (input.Process, error) { return in, nil }
+		c := policyClassifier{current: current, node: nodeFn, timeout: policy.DefaultEvalTimeout,
+			describe: func(engine.ProcessInfo) (input.Process, error) { return in, nil }}
 		return c.Classify(engine.ProcessInfo{Key: sched.ProcessKey{PID: p.PID}, Comm: in.Comm, GPUs: []int{p.GPU}})
 	}
 	return whatif.Extra{Name: whatif.Arbiter, Description: "the policy in " + dir + " and the engine in the loop",
