@@ -128,7 +128,8 @@ if [ "$status" -ne 0 ]; then
 fi
 
 bold "What-if: inference beside training in the GPU simulator (arbiter sim)"
-echo "(examples/workloads/timeslice-inflation.yaml: the driver's default time-slicing vs running alone, MPS-like sharing and ideal priority)"
-"$arbiter" sim --workload examples/workloads/timeslice-inflation.yaml --duration 20s --quiet
+echo "(examples/workloads/timeslice-inflation.yaml: the driver's default time-slicing vs running alone, MPS-like sharing, ideal priority,"
+echo " and the arbiter baseline: the default policy and the engine in the loop)"
+"$arbiter" sim --workload examples/workloads/timeslice-inflation.yaml --duration 20s --quiet --policy rego/default
 
 bold "Next: on a GPU server, 'sudo ./bin/arbiter trace' shows real CUDA programs the same way."

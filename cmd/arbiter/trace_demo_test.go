@@ -121,6 +121,7 @@ func TestDemo(t *testing.T) {
 		`"kind":"sync","func":"cuStreamSynchronize"`,
 		"resnet-infer",
 		"Under arbiter run, LC p99 is",
+		" arbiter  resnet-infer  latency-critical",
 		"gate      supported",
 	} {
 		if !strings.Contains(out, want) {
