@@ -56,8 +56,9 @@ type Copy struct {
 // entry to its return.
 type Sync struct {
 	// Handle is the object synchronized on: the stream (cuStreamSynchronize,
-	// cuStreamWaitEvent), the event (cuEventSynchronize, cuEventRecord) or 0
-	// for the current context (cuCtxSynchronize).
+	// cuStreamWaitEvent), the event (cuEventSynchronize, cuEventRecord), the
+	// context passed to cuCtxSynchronize_v2 (0 there means the current
+	// context) or 0 for the current context (cuCtxSynchronize).
 	Handle uint64
 	// Other is the second handle where the call takes two: the event waited
 	// on by cuStreamWaitEvent, the stream recorded on by cuEventRecord.

@@ -45,6 +45,10 @@ const (
 	FuncEventRecordPtsz
 	FuncEventRecordWithFlags
 	FuncEventRecordWithFlagsPtsz
+	// FuncCtxSynchronizeV2 is cuCtxSynchronize_v2(CUcontext), which CUDA
+	// 13's cuda.h maps cuCtxSynchronize to: cudart 13 calls it, not the
+	// argument-less original. Older drivers do not export it.
+	FuncCtxSynchronizeV2
 
 	funcCount
 )
@@ -92,6 +96,7 @@ var funcInfo = [funcCount]FuncInfo{
 	FuncEventRecordPtsz:          {"cuEventRecord_ptsz", KindSync, CopyUnknown, false},
 	FuncEventRecordWithFlags:     {"cuEventRecordWithFlags", KindSync, CopyUnknown, false},
 	FuncEventRecordWithFlagsPtsz: {"cuEventRecordWithFlags_ptsz", KindSync, CopyUnknown, false},
+	FuncCtxSynchronizeV2:         {"cuCtxSynchronize_v2", KindSync, CopyUnknown, false},
 }
 
 // Funcs returns every probed function, in Func order.

@@ -91,11 +91,13 @@ func Decode(raw []byte, ev *trace.Event) error {
 				Result:   int32(le.Uint32(raw[offResult:])),
 			}
 			// cuCtxSynchronize takes no argument: whatever the registers
-			// held is not a handle.
+			// held is not a handle. The one-handle synchronizers
+			// (cuCtxSynchronize_v2's is the context) have no second.
 			switch fn {
 			case trace.FuncCtxSynchronize:
 				ev.Sync.Handle, ev.Sync.Other = 0, 0
-			case trace.FuncStreamSynchronize, trace.FuncStreamSynchronizePtsz, trace.FuncEventSynchronize:
+			case trace.FuncStreamSynchronize, trace.FuncStreamSynchronizePtsz, trace.FuncEventSynchronize,
+				trace.FuncCtxSynchronizeV2:
 				ev.Sync.Other = 0
 			}
 		}

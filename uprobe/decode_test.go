@@ -119,6 +119,13 @@ func TestDecode(t *testing.T) {
 			e.Kind, e.Func = trace.KindSync, trace.FuncCtxSynchronize
 			e.Sync = trace.Sync{Duration: 1500}
 		})},
+		{"ctx sync v2 keeps its context", with(head(trace.KindSync, trace.FuncCtxSynchronizeV2), func(e *bpf.CudaEvent) {
+			e.Args = [4]uint64{0xc0, 0x77, 1500, 0}
+			e.Result = 201
+		}), ev(func(e *trace.Event) {
+			e.Kind, e.Func = trace.KindSync, trace.FuncCtxSynchronizeV2
+			e.Sync = trace.Sync{Handle: 0xc0, Duration: 1500, Result: 201}
+		})},
 		{"event record", with(head(trace.KindSync, trace.FuncEventRecordWithFlagsPtsz), func(e *bpf.CudaEvent) {
 			e.Args = [4]uint64{0xe0, 0x5e, 10, 0}
 			e.Result = -1

@@ -183,6 +183,8 @@ func expectCall(i uint64, pid uint32) trace.Event {
 		ev.Sync = trace.Sync{Handle: h(i, 1), Result: 400}
 	case trace.FuncEventSynchronize:
 		ev.Sync = trace.Sync{Handle: h(i, 4), Result: 400}
+	case trace.FuncCtxSynchronizeV2:
+		ev.Sync = trace.Sync{Handle: h(i, 5), Result: 201}
 	case trace.FuncStreamWaitEvent, trace.FuncStreamWaitEventPtsz:
 		ev.Sync = trace.Sync{Handle: h(i, 1), Other: h(i, 4), Result: 400}
 	case trace.FuncEventRecord, trace.FuncEventRecordPtsz, trace.FuncEventRecordWithFlags, trace.FuncEventRecordWithFlagsPtsz:

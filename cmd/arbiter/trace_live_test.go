@@ -84,7 +84,7 @@ func TestTraceLive(t *testing.T) {
 		t.Errorf("counts %v: want ~150 requests of 4 launches in 1.5 s at 100/s", counts)
 	}
 	sum := stderr.String()
-	if !strings.Contains(sum, "attached 30 probes to "+b.Lib) {
+	if !strings.Contains(sum, "attached 31 probes to "+b.Lib) {
 		t.Errorf("no attach report:\n%s", sum)
 	}
 	// With --format json the summary is JSON too: one object, the last

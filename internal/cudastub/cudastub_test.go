@@ -192,6 +192,8 @@ func TestCallsReturnCodesAndTiming(t *testing.T) {
 		"cuStreamWaitEvent": "0", "cuStreamWaitEvent_ptsz-bogus-event": "400",
 		"cuEventRecordWithFlags": "0", "cuEventRecordWithFlags_ptsz": "0", "cuEventRecord_ptsz-bogus-stream": "400",
 		"cuCtxSynchronize": "0", "cuEventRecord": "0", "cuEventSynchronize": "0",
+		"cuCtxSynchronize_v2": "0", "cuCtxSynchronize_v2-current": "0", "cuCtxSynchronize_v2-bogus": "201",
+		"cuCtxSynchronize_v2-after-launch": "0", "cuCtxSynchronize_v2-current-after-launch": "0",
 		"cuMemcpyHtoD_v2-12MB": "0", "cuGetErrorName": "0", "name": "CUDA_ERROR_INVALID_HANDLE",
 		"cuGetErrorName-unknown": "1", "cuStreamDestroy_v2": "0", "cuStreamDestroy_v2-again": "400",
 		"cuEventDestroy_v2": "0", "cuGraphExecDestroy": "0", "cuGraphDestroy": "0", "cuMemFree_v2": "0",
@@ -219,6 +221,11 @@ func TestCallsReturnCodesAndTiming(t *testing.T) {
 	}
 	if s := us("sync-us"); s < 6000 || s > 50000 {
 		t.Errorf("event sync after 3×2 ms launches returned after %d us, want 6000..50000", s)
+	}
+	for _, name := range []string{"ctx-sync-us", "current-sync-us"} {
+		if s := us(name); s < 2000 || s > 50000 {
+			t.Errorf("cuCtxSynchronize_v2 after a 2 ms launch returned after %d us (%s), want 2000..50000", s, name)
+		}
 	}
 	if c := us("copy-us"); c < 1000 || c > 30000 {
 		t.Errorf("12 MB synchronous copy took %d us, want 1000..30000 (1000 at 12 GB/s)", c)

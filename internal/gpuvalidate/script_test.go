@@ -198,7 +198,7 @@ func TestScriptStubAndStandin(t *testing.T) {
 	}
 	for section, checks := range map[string]map[string][2]string{
 		"capture-cuda": {
-			"attached":    {"PASS", "30 probes on " + stub.Lib},
+			"attached":    {"PASS", "31 probes on " + stub.Lib},
 			"launches":    {"PASS", "200 captured, the program made launches=200"},
 			"copies":      {"PASS", "100 captured"},
 			"syncs":       {"PASS", "50 captured"},

@@ -185,7 +185,8 @@ func ReadRecording(r io.Reader, sel []ReplayProcess) (*Recording, error) {
 // the GPU (cuStreamWaitEvent and cuEventRecord do not).
 func blocking(f trace.Func) bool {
 	switch f {
-	case trace.FuncStreamSynchronize, trace.FuncStreamSynchronizePtsz, trace.FuncCtxSynchronize, trace.FuncEventSynchronize:
+	case trace.FuncStreamSynchronize, trace.FuncStreamSynchronizePtsz, trace.FuncCtxSynchronize,
+		trace.FuncCtxSynchronizeV2, trace.FuncEventSynchronize:
 		return true
 	}
 	return false

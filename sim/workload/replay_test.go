@@ -200,6 +200,21 @@ func opName(op sim.Op) string {
 		sim.OpWaitUntil: "wait", sim.OpBegin: "begin", sim.OpEnd: "end"}[op.Kind]
 }
 
+// TestBlockingSynchronizers checks which synchronizers a replay waits on:
+// those that block the host until the GPU is done, whichever symbol form
+// (_ptsz, cuda.h 13's cuCtxSynchronize_v2) the application called.
+func TestBlockingSynchronizers(t *testing.T) {
+	want := map[trace.Func]bool{
+		trace.FuncStreamSynchronize: true, trace.FuncStreamSynchronizePtsz: true,
+		trace.FuncCtxSynchronize: true, trace.FuncCtxSynchronizeV2: true, trace.FuncEventSynchronize: true,
+	}
+	for _, f := range trace.Funcs() {
+		if got := blocking(f); got != want[f] {
+			t.Errorf("blocking(%s) = %v, want %v", f, got, want[f])
+		}
+	}
+}
+
 func TestReplayCorrupt(t *testing.T) {
 	data := recordedTrace(t)
 	cases := map[string][]byte{

@@ -3,7 +3,7 @@
  * arguments derived from the call index, so a test can predict every field
  * of every captured event.
  *
- *   exercise calls N      call i (0 <= i < N) goes to variant i % 30 (the
+ *   exercise calls N      call i (0 <= i < N) goes to variant i % 31 (the
  *                         order of trace.Funcs) with args(i) below
  *   exercise sync US      a real launch of US µs emulated kernel time, then
  *                         the synchronizers on real and on bad handles;
@@ -37,6 +37,7 @@ static uint64_t h(uint64_t i, uint64_t k) { return 0x100000000ULL * (i % 13 + 1)
 #define F(i) ((CUfunction)h(i, 0))
 #define STREAM(i) ((CUstream)h(i, 1))
 #define EVENT(i) ((CUevent)h(i, 4))
+#define CTX(i) ((CUcontext)h(i, 5))
 #define GX(i) ((unsigned)((i) % 65535 + 1))
 #define GY(i) ((unsigned)((i) % 7 + 1))
 #define GZ(i) ((unsigned)((i) % 5 + 1))
@@ -52,7 +53,7 @@ static uint64_t h(uint64_t i, uint64_t k) { return 0x100000000ULL * (i % 13 + 1)
 static CUresult call(uint64_t i)
 {
 	CUlaunchConfig cfg = { GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), STREAM(i), NULL, 0 };
-	switch (i % 30) {
+	switch (i % 31) {
 	case 0: return cuLaunchKernel(F(i), GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), STREAM(i), NULL, NULL);
 	case 1: return cuLaunchKernel_ptsz(F(i), GX(i), GY(i), GZ(i), BX(i), BY(i), BZ(i), SHM(i), STREAM(i), NULL, NULL);
 	case 2: return cuLaunchKernelEx(&cfg, F(i), NULL, NULL);
@@ -82,7 +83,8 @@ static CUresult call(uint64_t i)
 	case 26: return cuEventRecord(EVENT(i), STREAM(i));
 	case 27: return cuEventRecord_ptsz(EVENT(i), STREAM(i));
 	case 28: return cuEventRecordWithFlags(EVENT(i), STREAM(i), 0);
-	default: return cuEventRecordWithFlags_ptsz(EVENT(i), STREAM(i), 0);
+	case 29: return cuEventRecordWithFlags_ptsz(EVENT(i), STREAM(i), 0);
+	default: return cuCtxSynchronize_v2(CTX(i));
 	}
 }
 
@@ -125,8 +127,9 @@ static void sync_mode(uint64_t us)
 	check(cuEventCreate(&ev, 0), "cuEventCreate");
 	uint64_t ns = us * 1000;
 	void *params[] = { &ns };
-	printf("stream=%llu event=%llu function=%llu ns=%llu\n", (unsigned long long)(uintptr_t)s,
-		(unsigned long long)(uintptr_t)ev, (unsigned long long)(uintptr_t)fn, (unsigned long long)ns);
+	printf("stream=%llu event=%llu function=%llu context=%llu ns=%llu\n", (unsigned long long)(uintptr_t)s,
+		(unsigned long long)(uintptr_t)ev, (unsigned long long)(uintptr_t)fn, (unsigned long long)(uintptr_t)ctx,
+		(unsigned long long)ns);
 	fflush(stdout);
 	/* 1: stream sync waits for the kernel */
 	check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), "cuLaunchKernel");
@@ -141,6 +144,14 @@ static void sync_mode(uint64_t us)
 	/* 4: context sync waits for the kernel */
 	check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), "cuLaunchKernel");
 	check(cuCtxSynchronize(), "cuCtxSynchronize");
+	/* 5: cuCtxSynchronize_v2 waits for the kernel, on the context given
+	 * and on the current one (NULL); a bad context */
+	check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), "cuLaunchKernel");
+	check(cuCtxSynchronize_v2(ctx), "cuCtxSynchronize_v2");
+	check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), "cuLaunchKernel");
+	check(cuCtxSynchronize_v2(NULL), "cuCtxSynchronize_v2(NULL)");
+	if (cuCtxSynchronize_v2((CUcontext)0xbad0) != CUDA_ERROR_INVALID_CONTEXT)
+		exit(2);
 }
 
 static void serve(void)

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 		return 3;
 	/* Call indices are those of cuLaunchKernel in exercise.c's rotation. */
 	for (unsigned long long j = 0; j < n; j++) {
-		uint64_t i = j * 30;
+		uint64_t i = j * 31;
 		cuLaunchKernel((CUfunction)h(i, 0), i % 65535 + 1, i % 7 + 1, i % 5 + 1, i % 1024 + 1, i % 3 + 1,
 			i % 2 + 1, (i * 16) % 65536, (CUstream)h(i, 1), NULL, NULL);
 	}

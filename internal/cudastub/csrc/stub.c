@@ -17,7 +17,8 @@
  *   - synchronizing calls block until the work they wait on has run on the
  *     shared GPU.
  * Return codes are real CUresult values: CUDA_ERROR_INVALID_VALUE for NULL
- * pointers, CUDA_ERROR_INVALID_HANDLE for handles it never handed out.
+ * pointers, CUDA_ERROR_INVALID_HANDLE for handles it never handed out
+ * (CUDA_ERROR_INVALID_CONTEXT for a context passed to cuCtxSynchronize_v2).
  * Handles live in fixed pools and are checked by address, so a bogus handle
  * is reported, never dereferenced.
  *
@@ -750,13 +751,23 @@ EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 	return stream_sync(hStream, 1);
 }
 
-EXPORT CUresult cuCtxSynchronize(void)
+/* ctx_sync waits for everything this process queued on ctx's device; a
+ * NULL ctx is this thread's current context. */
+static CUresult ctx_sync(CUcontext ctx)
 {
 	/* A process that has queued nothing on the device has nothing to
 	 * wait for (even before cuInit, as the stub always allowed). */
 	pthread_mutex_lock(&drv.mu);
-	struct gpu *g = current_dev >= 0 && current_dev < MAX_DEVICES && drv.attached[current_dev] ?
-		&drv.gpu[current_dev] : NULL;
+	CUdevice dev = current_dev;
+	if (ctx != NULL) {
+		struct CUctx_st *c = POOL_GET(ctx, ctx);
+		if (c == NULL) {
+			pthread_mutex_unlock(&drv.mu);
+			return CUDA_ERROR_INVALID_CONTEXT;
+		}
+		dev = c->dev;
+	}
+	struct gpu *g = dev >= 0 && dev < MAX_DEVICES && drv.attached[dev] ? &drv.gpu[dev] : NULL;
 	pthread_mutex_unlock(&drv.mu);
 	if (g == NULL)
 		return CUDA_SUCCESS;
@@ -764,6 +775,18 @@ EXPORT CUresult cuCtxSynchronize(void)
 	gpu_tickets(g, want);
 	gpu_wait(g, want);
 	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSynchronize(void)
+{
+	return ctx_sync(NULL);
+}
+
+/* CUDA 13's cuda.h maps cuCtxSynchronize to this form, so cudart 13 calls
+ * it (NULL: the current context). */
+EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+	return ctx_sync(ctx);
 }
 
 EXPORT CUresult cuEventSynchronize(CUevent hEvent)

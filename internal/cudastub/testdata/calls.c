@@ -77,6 +77,9 @@ int main(void)
 	SHOW("cuEventRecordWithFlags_ptsz", cuEventRecordWithFlags_ptsz(ev, NULL, 0));
 	SHOW("cuEventRecord_ptsz-bogus-stream", cuEventRecord_ptsz(ev, bogus_stream));
 	SHOW("cuCtxSynchronize", cuCtxSynchronize());
+	SHOW("cuCtxSynchronize_v2", cuCtxSynchronize_v2(ctx));
+	SHOW("cuCtxSynchronize_v2-current", cuCtxSynchronize_v2(NULL));
+	SHOW("cuCtxSynchronize_v2-bogus", cuCtxSynchronize_v2((CUcontext)(uintptr_t)16));
 
 	/* Timing: 3 launches of 2 ms on s, then an event; the event sync must
 	 * wait for all of it, and launches must return at once. */
@@ -91,6 +94,16 @@ int main(void)
 	uint64_t t2 = now_ns();
 	printf("launch-us %llu\nsync-us %llu\n", (unsigned long long)(t1 - t0) / 1000,
 		(unsigned long long)(t2 - t0) / 1000);
+	/* cuCtxSynchronize_v2 waits for its context's work, on the context
+	 * given and on the current one for NULL. */
+	t0 = now_ns();
+	cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+	SHOW("cuCtxSynchronize_v2-after-launch", cuCtxSynchronize_v2(ctx));
+	printf("ctx-sync-us %llu\n", (unsigned long long)(now_ns() - t0) / 1000);
+	t0 = now_ns();
+	cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+	SHOW("cuCtxSynchronize_v2-current-after-launch", cuCtxSynchronize_v2(NULL));
+	printf("current-sync-us %llu\n", (unsigned long long)(now_ns() - t0) / 1000);
 	/* A 12 MB synchronous copy takes 1 ms at 12 GB/s. */
 	static char big[12000000];
 	t0 = now_ns();
