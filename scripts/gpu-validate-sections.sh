@@ -366,6 +366,28 @@ start_workload() {
 	CH_PIDS+=("$STARTED_PID")
 }
 
+# suspend_started X PID FOR starts arbiter channels suspend PID --for FOR
+# in the background and waits until the process is suspended;
+# suspend_finished waits for the command and logs it as step does.
+SUSPEND_PID=""
+suspend_started() {
+	local x=$1 pid=$2 for=$3
+	SUSPEND_CMD=("${CH[@]}" suspend "$pid" --for "$for")
+	SUSPEND_OUT=$x.suspend.out
+	SUSPEND_T0=$(now_ms)
+	"${SUSPEND_CMD[@]}" >"$SUSPEND_OUT" 2>&1 &
+	SUSPEND_PID=$!
+	wait_for "$SUSPEND_OUT" 10 'suspended' "$SUSPEND_PID" || true
+}
+suspend_finished() {
+	local rc=0
+	wait "$SUSPEND_PID" || rc=$?
+	printf '@@ suspend.be %s %s %s %s\n' "$SUSPEND_T0" "$(now_ms)" "$rc" "$(shown "${SUSPEND_CMD[@]}")" >>"$STEPS"
+	cat "$SUSPEND_OUT" >>"$STEPS"
+	rm -f "$SUSPEND_OUT"
+	SUSPEND_PID=""
+}
+
 # colocate_scenario runs one scenario, writing its files with prefix $1
 # (see gpuvalidate.LoadScenarios).
 colocate_scenario() {
@@ -401,13 +423,17 @@ colocate_scenario() {
 			;;
 		esac
 		[ -z "$bpid" ] || echo go >&7
+		if [ "$name" = suspend-be ]; then
+			# The BE runs with work queued, then is held before the LC
+			# starts, so that the LC's whole run is measured with the BE
+			# suspended (and its queued work stopped with it).
+			sleep 0.5
+			suspend_started "$x" "$bpid" "$((d + 2))s"
+		fi
 		[ -z "$lpid" ] || echo go >&6
 	fi
-	if [ "$name" = suspend-be ]; then
-		sleep 0.2
-		step suspend.be "${CH[@]}" suspend "$bpid" --for "$((d + 1))s"
-	fi
 	[ -z "$lpid" ] || wait "$lpid" || true
+	[ -z "$SUSPEND_PID" ] || suspend_finished
 	[ -z "$bpid" ] || wait "$bpid" || true
 	exec 6>&- 7>&-
 	[ -z "$lpid" ] || cp "$SEC/lc.txt" "$x.lc.txt"
@@ -439,7 +465,7 @@ section_colocate() {
 		default) echo "side by side, the driver's defaults" ;;
 		timeslice) echo "BE timeslice 100 µs, LC 10000 µs (arbiter channels timeslice)" ;;
 		interleave) echo "BE interleave low, LC high (arbiter channels interleave)" ;;
-		suspend-be) echo "BE suspended during the LC run (arbiter channels suspend --for $((d + 1))s)" ;;
+		suspend-be) echo "BE suspended from before the LC's start to after its end (arbiter channels suspend --for $((d + 2))s)" ;;
 		esac >"$x.what"
 		case $name in timeslice | interleave | suspend-be)
 			if [ -n "${GV_STUB:-}" ]; then
@@ -450,6 +476,257 @@ section_colocate() {
 		esac
 		log "colocate: $name (${d}s)"
 		colocate_scenario "$x" "$name"
+	done
+	gpureport colocate -section "$GV_SECTION" -dir "$dir"
+}
+
+# ---------------------------------------------------------------------------
+# The daemon: arbiter run enforcing a policy on an LC and a BE workload, at
+# each enforcement level, against the two alone and side by side without it.
+
+# Daemon state of the section worker, global so that its EXIT trap can stop
+# it: the daemon's pid, its BPF filesystem mount, the workloads.
+DM_PID=""
+DM_BPF=""
+DM_PIDS=()
+
+# cleanup_daemon stops the workloads and the daemon (which undoes every
+# hold it made on the way out) and unmounts its BPF filesystem.
+cleanup_daemon() {
+	local p
+	for p in "${DM_PIDS[@]}"; do
+		kill -INT "$p" 2>/dev/null || true
+	done
+	[ -z "$DM_PID" ] || stop_daemon_run
+	for p in "${DM_PIDS[@]}"; do
+		stop_pid "$p" 5
+	done
+	if [ -n "$DM_BPF" ] && mountpoint -q "$DM_BPF" 2>/dev/null; then
+		umount "$DM_BPF" 2>/dev/null || true
+	fi
+}
+
+# daemon_policy DIR LEVEL writes a policy that makes processes with
+# ARBITER_CLASS=latency-critical latency-critical and everything else
+# best-effort, both at enforcement level LEVEL (observe: both only
+# observed; otherwise the LC with its class's long timeslice and the BE
+# with mode LEVEL).
+daemon_policy() {
+	local dir=$1 level=$2 lc='lib.classes["latency-critical"]'
+	mkdir -p "$dir"
+	[ "$level" != observe ] || lc='object.union(lib.classes["latency-critical"], {"preemption": {"mode": "observe"}})'
+	cat >"$dir/policy.rego" <<REGO
+# Written by gpu-validate.sh's daemon section: BE at level $level.
+package arbiter
+
+import data.arbiter.lib
+
+default_decision := lib.with_reason(object.union(lib.classes["best-effort"], {"preemption": {"mode": "$level"}}), "best-effort at $level")
+
+classify := lib.with_reason($lc, "env ARBITER_CLASS") if {
+	lib.env("ARBITER_CLASS") == "latency-critical"
+} else := default_decision
+
+victims := lib.default_victims
+REGO
+}
+
+# start_daemon_run LEVEL starts arbiter run with the policy of LEVEL and
+# waits until it answers on its socket; false (with the reason in
+# DM_WHY) where it does not.
+start_daemon_run() {
+	local level=$1 i
+	DM_SOCK=$SEC/run-$level/arbiter.sock
+	DM_LOG=$SEC/run-$level/arbiter.log
+	mkdir -p "$SEC/run-$level/state" "$DM_BPF"
+	daemon_policy "$SEC/run-$level/policy" "$level"
+	local cmd=("$GV_ARBITER" run --policy "$SEC/run-$level/policy" --state-dir "$SEC/run-$level/state"
+		--socket "$DM_SOCK" --bpffs "$DM_BPF" --listen "127.0.0.1:$((20000 + RANDOM % 20000))" --log-format json)
+	[ -z "${GV_ALLOW_UNVERIFIED:-}" ] || cmd+=(--allow-unverified-driver)
+	ran "${cmd[@]}"
+	"${cmd[@]}" >"$DM_LOG" 2>&1 &
+	DM_PID=$!
+	for ((i = 0; i < 600; i++)); do
+		"$GV_ARBITER" status --socket "$DM_SOCK" >/dev/null 2>&1 && return 0
+		if ! kill -0 "$DM_PID" 2>/dev/null; then
+			wait "$DM_PID" 2>/dev/null || true
+			DM_PID=""
+			DM_WHY="arbiter run exited at start: $(tail -n 3 "$DM_LOG" | tr '\n' ' ' | cut -c1-400)"
+			return 1
+		fi
+		sleep 0.1
+	done
+	DM_WHY="arbiter run did not answer on $DM_SOCK within 60 s"
+	stop_daemon_run
+	return 1
+}
+
+# stop_daemon_run stops the daemon with SIGTERM, as systemd does, and sets
+# DM_EXIT to its exit status.
+stop_daemon_run() {
+	local i
+	DM_EXIT=""
+	[ -n "$DM_PID" ] || return 0
+	kill -TERM "$DM_PID" 2>/dev/null || true
+	for ((i = 0; i < 300; i++)); do
+		kill -0 "$DM_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$DM_PID" 2>/dev/null; then
+		kill -KILL "$DM_PID" 2>/dev/null || true
+		DM_EXIT=killed
+	fi
+	local rc=0
+	wait "$DM_PID" 2>/dev/null || rc=$?
+	[ -n "$DM_EXIT" ] || DM_EXIT=$rc
+	DM_PID=""
+}
+
+# daemon_scenario X NAME LEVEL runs one scenario (LEVEL empty: no daemon),
+# writing its files with prefix X as the co-location section does.
+daemon_scenario() {
+	local x=$1 name=$2 level=$3 lpid="" bpid=""
+	if [ -n "$level" ] && ! start_daemon_run "$level"; then
+		echo "$DM_WHY" >"$x.skip"
+		check "daemon.$name" FAIL "$DM_WHY"
+		return 0
+	fi
+	if [ "$name" != lc-alone ]; then
+		ran "${BE[@]}"
+		"${BE[@]}" >"$SEC/be.txt" 2>&1 &
+		bpid=$!
+		DM_PIDS+=("$bpid")
+		if [ -z "${GV_STUB:-}" ] && ! wait_for "$SEC/be.txt" 180 '^ready' "$bpid"; then
+			echo "the BE did not start: $(tr '\n' ' ' <"$SEC/be.txt" | cut -c1-300)" >"$x.skip"
+			cleanup_daemon
+			DM_PIDS=()
+			return 0
+		fi
+	fi
+	if [ "$name" != be-alone ]; then
+		ran "${LC[@]}"
+		"${LC[@]}" >"$SEC/lc.txt" 2>&1 &
+		lpid=$!
+		DM_PIDS+=("$lpid")
+		if [ -n "$level" ]; then
+			# While both run: what the daemon made of them (the stub's
+			# infer prints no "ready": it is ready at once).
+			if [ -n "${GV_STUB:-}" ] || wait_for "$SEC/lc.txt" 180 '^ready' "$lpid"; then
+				sleep 1
+				"$GV_ARBITER" ps --socket "$DM_SOCK" >"$x.ps.txt" 2>&1 || true
+			fi
+		fi
+		wait "$lpid" || true
+		cp "$SEC/lc.txt" "$x.lc.txt"
+	fi
+	if [ -n "$bpid" ]; then
+		# The BE trains on until the LC is done (alone: its own duration).
+		[ "$name" = be-alone ] || kill -INT "$bpid" 2>/dev/null || true
+		wait "$bpid" || true
+		cp "$SEC/be.txt" "$x.be.txt"
+	fi
+	DM_PIDS=()
+	[ -n "$level" ] || return 0
+	"$GV_ARBITER" status --socket "$DM_SOCK" >"$x.status.txt" 2>&1 || true
+	stop_daemon_run
+	daemon_checks "$x" "$name" "$level"
+	attach text "$x.ps.txt" "arbiter ps while both ran ($name)"
+	attach text "$x.status.txt" "arbiter status after the run ($name)"
+}
+
+# daemon_checks records what the daemon did in one scenario: the classes
+# it gave, the holds it made (from arbiter status's engine line), and its
+# clean exit; and appends the engine's counts to the scenario's text.
+daemon_checks() {
+	local x=$1 name=$2 level=$3 engine suspends gates errors ok=PASS why=()
+	engine=$(grep -m1 '^engine:' "$x.status.txt" || true)
+	[ -z "$engine" ] || echo "arbiter $engine" >>"$x.what"
+	suspends=$(sed -n 's/.* \([0-9]*\) suspends.*/\1/p' <<<"$engine")
+	gates=$(sed -n 's/.* \([0-9]*\) gates.*/\1/p' <<<"$engine")
+	errors=$(sed -n 's/.* \([0-9]*\) enforcement errors.*/\1/p' <<<"$engine")
+	if ! grep -q 'latency-critical' "$x.ps.txt" 2>/dev/null || ! grep -q 'best-effort' "$x.ps.txt" 2>/dev/null; then
+		ok=FAIL
+		why+=("arbiter ps did not show one latency-critical and one best-effort process")
+	fi
+	if [ -z "$engine" ]; then
+		ok=FAIL
+		why+=("arbiter status printed no engine line: $(tr '\n' ' ' <"$x.status.txt" | cut -c1-200)")
+	else
+		[ "${errors:-0}" = 0 ] || {
+			ok=FAIL
+			why+=("$errors enforcement errors")
+		}
+		case $level in
+		suspend)
+			# The stub driver has no channel groups: the daemon falls
+			# back to the gate there.
+			if [ -n "${GV_STUB:-}" ] && [ "${gates:-0}" -gt 0 ]; then
+				:
+			elif [ "${suspends:-0}" -eq 0 ]; then
+				ok=FAIL
+				why+=("no suspension at level suspend")
+			fi
+			;;
+		gate) [ "${gates:-0}" -gt 0 ] || {
+			ok=FAIL
+			why+=("no gate at level gate")
+		} ;;
+		observe) [ "${suspends:-0}${gates:-0}" = 00 ] || {
+			ok=FAIL
+			why+=("held processes at level observe ($suspends suspends, $gates gates)")
+		} ;;
+		esac
+	fi
+	[ "$DM_EXIT" = 0 ] || {
+		ok=FAIL
+		why+=("arbiter run exited with status $DM_EXIT on SIGTERM")
+	}
+	if grep -q '"level":"error"' "$DM_LOG"; then
+		why+=("its log has errors: $(grep -m2 '"level":"error"' "$DM_LOG" | cut -c1-300 | tr '\n' ' ')")
+		ok=FAIL
+	fi
+	if [ "$ok" = PASS ]; then
+		check "daemon.$name" PASS "classified both; ${engine#engine: }; exited 0 on SIGTERM"
+	else
+		check "daemon.$name" FAIL "$(
+			IFS=';'
+			echo "${why[*]}"
+		); ${engine:-no engine line}"
+	fi
+	attach text "$DM_LOG" "arbiter run's log ($name)"
+}
+
+section_daemon() {
+	local dir=$SEC/scenarios d=$GV_COLOCATE_SECONDS n=0 name x level
+	mkdir -p "$dir"
+	DM_BPF=$SEC/bpf
+	trap cleanup_daemon EXIT
+	if [ -n "${GV_STUB:-}" ]; then
+		LC=(env ARBITER_CLASS=latency-critical "$GV_STUB/infer" --rate 100 --launches 8 --kernel-us 100 --bytes 65536 --sync-every 1 --duration "$d")
+		BE=("$GV_STUB/train" --kernel-us 1000 --sync-every 1 --duration "$((d + 30))")
+	else
+		LC=(env CUDA_VISIBLE_DEVICES="$GV_GPU" ARBITER_CLASS=latency-critical "${PYTHON:-python3}" "$GV_BUNDLE/src/serve_torch.py" --rate 100 --duration "$d")
+		BE=(env CUDA_VISIBLE_DEVICES="$GV_GPU" "${PYTHON:-python3}" "$GV_BUNDLE/src/train_torch.py" --duration "$((d + 60))")
+	fi
+	for name in lc-alone be-alone default observe timeslice suspend gate; do
+		n=$((n + 1))
+		x=$dir/$(printf '%02d' "$n")-$name
+		level=""
+		case $name in
+		lc-alone) echo "LC alone" ;;
+		be-alone) echo "BE alone" ;;
+		default) echo "side by side, no arbiter, the driver's defaults" ;;
+		*)
+			level=$name
+			echo "side by side under arbiter run, BE at level $level"
+			;;
+		esac >"$x.what"
+		log "daemon: $name"
+		local sbe=("${BE[@]}")
+		# Alone, the BE trains for the LC's duration.
+		[ "$name" != be-alone ] || BE[-1]=$d
+		daemon_scenario "$x" "$name" "$level"
+		BE=("${sbe[@]}")
 	done
 	gpureport colocate -section "$GV_SECTION" -dir "$dir"
 }

@@ -30,6 +30,9 @@
 #   colocate       an LC and a BE workload alone, side by side with the
 #                  driver's defaults, and under timeslice, interleave and
 #                  suspension applied with arbiter channels
+#   daemon         arbiter run with a PyTorch inference loop (LC) and a
+#                  PyTorch training loop (BE): alone, side by side without
+#                  it, and under it at each enforcement level
 #
 # Results: a directory (--results, default ./gpu-validate-DATE) holding
 # results.txt, one line per finding (the format is in
@@ -52,14 +55,15 @@ usage: gpu-validate.sh [options]
   --bundle DIR             the prebuilt binaries (default: this script's directory)
   --out FILE               write the Markdown report here (default: standard output)
   --results DIR            keep results and raw output here (default: ./gpu-validate-DATE)
-  --sections LIST          comma-separated subset of: build,capture-cuda,capture-torch,nvrm,channels,colocate
+  --sections LIST          comma-separated subset of: build,capture-cuda,capture-torch,nvrm,channels,colocate,daemon
   --gpu N                  the GPU to run on (CUDA_VISIBLE_DEVICES; default 0)
   --trials N               suspend/resume trials of the nvrm procedure (default 100)
   --cli-trials N           suspend --for trials per method from the command line (default 20)
   --colocate-seconds N     length of each co-location run (default 15)
   --limit SECONDS          overall time limit (default 1500: 25 minutes)
   --budget SECTION=SECONDS a section's own time limit (repeatable; defaults: build 180,
-                           capture-cuda 150, capture-torch 200, nvrm 400, channels 200, colocate 240)
+                           capture-cuda 150, capture-torch 200, nvrm 400, channels 200, colocate 240,
+                           daemon 420)
   --allow-unverified-driver  validate a driver newer than the newest Arbiter verified
   --stub DIR               test mode: capture and co-location on the stub driver in DIR
   --standin RMSTANDIN      test mode: nvrm and channels on the RM stand-in program
@@ -91,7 +95,7 @@ why_skip() {
 	fi
 	local real_driver=yes
 	case $name in
-	capture-cuda | capture-torch | colocate) [ -z "${GV_STUB:-}" ] || real_driver= ;;
+	capture-cuda | capture-torch | colocate | daemon) [ -z "${GV_STUB:-}" ] || real_driver= ;;
 	nvrm | channels) [ -z "${GV_STANDIN:-}" ] || real_driver= ;;
 	esac
 	if [ -n "$real_driver" ] && [ ! -e /dev/nvidiactl ]; then
@@ -113,7 +117,7 @@ why_skip() {
 			[ -x "$GV_WORK/bin/$built" ] || echo "the $built program was not built (see Build)"
 		fi
 		;;
-	capture-torch)
+	capture-torch | daemon)
 		if [ -n "${GV_STUB:-}" ]; then
 			[ -x "$GV_STUB/train" ] || echo "no stub workloads in $GV_STUB"
 		elif ! command -v "${PYTHON:-python3}" >/dev/null; then
@@ -160,6 +164,7 @@ budget_of() {
 	nvrm) echo 400 ;;
 	channels) echo 200 ;;
 	colocate) echo 240 ;;
+	daemon) echo 420 ;;
 	*) echo 60 ;;
 	esac
 }
@@ -261,7 +266,7 @@ interrupted() {
 }
 
 main() {
-	local out="" results="" sections=build,capture-cuda,capture-torch,nvrm,channels,colocate
+	local out="" results="" sections=build,capture-cuda,capture-torch,nvrm,channels,colocate,daemon
 	export GV_GPU=0 GV_TRIALS=100 GV_CLI_TRIALS=20 GV_COLOCATE_SECONDS=15 GV_LIMIT=1500
 	export GV_BUNDLE="" GV_STUB="" GV_STANDIN="" GV_BUDGETS="" GV_ARGS="$*"
 	# The variable nvrm's procedure reads, honoured here too.
@@ -341,7 +346,7 @@ main() {
 	local s
 	for s in ${sections//,/ }; do
 		case $s in
-		build | capture-cuda | capture-torch | nvrm | channels | colocate) run_section "$s" ;;
+		build | capture-cuda | capture-torch | nvrm | channels | colocate | daemon) run_section "$s" ;;
 		*) log "unknown section $s (skipped)" ;;
 		esac
 	done

@@ -298,9 +298,10 @@ func (d *daemon) openDriver(enf *liveEnforcer) error {
 	return nil
 }
 
-// keep feeds the driver trace into the registry until ctx ends.
+// keep feeds the driver trace into the registry until ctx ends. The
+// trace closing after ctx ended is the daemon stopping, not a failure.
 func (d *daemon) keep(ctx context.Context) {
-	if err := d.keeper.Run(ctx, nil); err != nil {
+	if err := d.keeper.Run(ctx, nil); err != nil && ctx.Err() == nil {
 		d.log.Error().Err(err).Msg("driver trace stopped: channel handles of new processes are no longer learned")
 	}
 }

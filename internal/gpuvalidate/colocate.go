@@ -87,6 +87,17 @@ func LoadScenarios(dir string) ([]Scenario, error) {
 				return nil, fmt.Errorf("scenario %s: %w", base, err)
 			}
 		}
+		if s.LC != nil && s.BE != nil && s.LC.Window[1] > 0 && len(s.BE.Progress) > 0 {
+			// Side by side: the BE's rate over the LC's measured window,
+			// not over its own run, which starts before the LC and ends
+			// after it.
+			rate, ok := s.BE.RateIn(s.LC.Window[0], s.LC.Window[1])
+			if !ok {
+				return nil, fmt.Errorf("scenario %s: the BE's progress does not cover the LC's window", base)
+			}
+			s.BE.Throughput, s.BE.Rate = true, rate
+			s.BE.Seconds = float64(s.LC.Window[1]-s.LC.Window[0]) / 1e9
+		}
 		out = append(out, s)
 	}
 	return out, nil
@@ -152,8 +163,12 @@ func WriteColocate(w *Writer, scenarios []Scenario) {
 			case !be.Throughput:
 				bad = append(bad, fmt.Sprintf("BE printed no throughput (%s)", orNone(be.Other)))
 			default:
-				w.Result(s.Name+".be.rate", be.Rate, "launches/s")
-				text := fmt.Sprintf("BE %.1f launches/s", be.Rate)
+				unit := be.Unit
+				if unit == "" {
+					unit = "launches"
+				}
+				w.Result(s.Name+".be.rate", be.Rate, unit+"/s")
+				text := fmt.Sprintf("BE %.1f %s/s", be.Rate, unit)
 				if beAlone != nil && be != beAlone && beAlone.Rate > 0 {
 					r := be.Rate / beAlone.Rate
 					w.Result(s.Name+".be.vs_alone", r, "x")

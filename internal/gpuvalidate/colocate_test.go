@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -66,5 +67,60 @@ func TestColocate(t *testing.T) {
 	}
 	if _, err := LoadScenarios(filepath.Join(dir, "absent")); err == nil {
 		t.Error("read a directory that does not exist")
+	}
+}
+
+// TestColocateWindow takes a best-effort training loop's rate over the
+// latency-critical run's own window, not over its whole run.
+func TestColocateWindow(t *testing.T) {
+	dir := t.TempDir()
+	const s0 = int64(1_764_000_000_000_000_000)
+	sec := func(x float64) int64 { return s0 + int64(x*1e9) }
+	// 10 steps/s before the LC runs, 4 steps/s while it does.
+	progress := fmt.Sprintf("ready\nprogress %d 0\nprogress %d 20\nprogress %d 60\nprogress %d 80\ntrain: 80 steps in 8.00 s: 10.0 steps/s\n",
+		sec(0), sec(2), sec(12), sec(14))
+	files := map[string]string{
+		"01-lc-alone.lc.txt":  "window 1 2\ninfer: 1000 requests in 10.00 s: p50 300 us, p99 500 us, max 900 us\n",
+		"02-be-alone.be.txt":  "train: 100 steps in 10.00 s: 10.0 steps/s\n",
+		"03-observe.lc.txt":   fmt.Sprintf("window %d %d\ninfer: 1000 requests in 10.00 s: p50 900 us, p99 2000 us, max 3000 us\n", sec(2), sec(12)),
+		"03-observe.be.txt":   progress,
+		"04-short.lc.txt":     fmt.Sprintf("window %d %d\ninfer: 10 requests in 1.00 s\n", sec(1), sec(20)),
+		"04-short.be.txt":     progress,
+		"04-short.what":       "the BE ended before the LC",
+		"05-backwards.be.txt": "progress 5 3\nprogress 4 3\n",
+	}
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, text := range files {
+		if name[:2] != "04" && name[:2] != "05" {
+			write(name, text)
+		}
+	}
+	sc, err := LoadScenarios(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := sc[2].BE
+	if be == nil || !be.Throughput || be.Rate != 4 || be.Unit != "steps" || be.Seconds != 10 {
+		t.Fatalf("observe BE = %+v, want 4 steps/s over the LC's 10 s", be)
+	}
+	var buf bytes.Buffer
+	WriteColocate(NewWriter(&buf, "daemon"), sc)
+	wantChecks(t, mustParse(t, buf.String()).Section("daemon"), map[string][2]string{
+		"scenario.observe": {"INFO", "LC 1000 requests: p50 900 µs, p99 2000 µs (4.00× alone); BE 4.0 steps/s (40% of alone)"},
+	})
+	write("04-short.lc.txt", files["04-short.lc.txt"])
+	write("04-short.be.txt", files["04-short.be.txt"])
+	if _, err := LoadScenarios(dir); err == nil || !strings.Contains(err.Error(), "does not cover") {
+		t.Errorf("a BE that ended before the LC's window: err %v", err)
+	}
+	os.Remove(filepath.Join(dir, "04-short.lc.txt"))
+	os.Remove(filepath.Join(dir, "04-short.be.txt"))
+	write("05-backwards.be.txt", files["05-backwards.be.txt"])
+	if _, err := LoadScenarios(dir); err == nil || !strings.Contains(err.Error(), "backwards") {
+		t.Errorf("progress going backwards: err %v", err)
 	}
 }

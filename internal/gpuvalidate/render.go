@@ -360,6 +360,8 @@ func describe(name string) (title, what string) {
 		return "Channel control from the command line", "Runs the `arbiter channels` commands an operator would, on a victim started while `arbiter channels watch` traced: watch, list, timeslice, interleave low/high/medium, repeated `suspend --for` (per suspend method where the command offers several) and resume; the victim watches its own kernel and reports each stall, so every suspension is seen to stop it."
 	case "colocate":
 		return "Co-location of a latency-critical and a best-effort process", "Runs a latency-critical workload (requests: copy in, a few short kernels, copy out, synchronize, at a Poisson rate) and a best-effort one (long kernels back to back) alone, side by side with the driver's defaults, and side by side under Arbiter's channel controls applied with `arbiter channels`: BE timeslice tiny and LC long, interleave levels, BE suspended for the LC's run."
+	case "daemon":
+		return "The daemon: arbiter run with PyTorch inference and training", "Runs a PyTorch inference loop (latency-critical: Poisson requests of copy in, an MLP's forward pass in half precision, copy out, synchronize) and a PyTorch training loop (best-effort: an MLP in bfloat16 with AdamW) alone, side by side without Arbiter, and side by side under `arbiter run` with a policy that puts the training at each enforcement level in turn (observe, timeslice, suspend, gate). The BE's rate is taken over the LC's measured window. Each daemon run is checked: both processes classified, the holds its level implies made, no enforcement error, a clean exit on SIGTERM."
 	}
 	return name, ""
 }

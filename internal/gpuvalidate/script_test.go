@@ -187,7 +187,7 @@ func TestScriptStubAndStandin(t *testing.T) {
 	}
 	// The stand-in's "kernel" is a CPU thread: the procedure must run
 	// through and report that it never stopped.
-	wantVerdicts := map[string]Status{"build": Skip, "capture-cuda": Pass, "capture-torch": Pass, "nvrm": Fail, "channels": Pass, "colocate": Pass}
+	wantVerdicts := map[string]Status{"build": Skip, "capture-cuda": Pass, "capture-torch": Pass, "nvrm": Fail, "channels": Pass, "colocate": Pass, "daemon": Pass}
 	for name, want := range wantVerdicts {
 		if verdicts[name] != want {
 			t.Errorf("section %s: %s, want %s", name, verdicts[name], want)
@@ -233,6 +233,17 @@ func TestScriptStubAndStandin(t *testing.T) {
 			"scenario.timeslice":  {"SKIP", "the stub driver has no channel groups"},
 			"scenario.suspend-be": {"SKIP", "the stub driver has no channel groups"},
 			"scenarios":           {"PASS", "3 scenarios ran and reported, 3 skipped"},
+		},
+		// arbiter run on the stub's workloads: each level classified
+		// both, held the BE as its level says (suspend falls back to the
+		// gate: the stub has no channel groups) and exited cleanly.
+		"daemon": {
+			"daemon.observe":   {"PASS", "0 suspends, 0 gates, 0 enforcement errors"},
+			"daemon.timeslice": {"PASS", "0 enforcement errors"},
+			"daemon.suspend":   {"PASS", "0 enforcement errors"},
+			"daemon.gate":      {"PASS", "0 enforcement errors"},
+			"scenario.gate":    {"INFO", "side by side under arbiter run, BE at level gate"},
+			"scenarios":        {"PASS", "7 scenarios ran and reported, 0 skipped"},
 		},
 	} {
 		wantChecks(t, res.Section(section), checks)
