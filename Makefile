@@ -65,7 +65,7 @@ demo: build
 ## gpu-validate-bundle: everything scripts/gpu-validate.sh needs on a GPU
 ## server without Go, in $(BIN)/gpu-validate and $(BIN)/gpu-validate.tar.gz
 gpu-validate-bundle:
-	GO=$(GO) ./scripts/gpu-validate-bundle.sh $(BIN)/gpu-validate
+	CGO=$(CGO) GO=$(GO) ./scripts/gpu-validate-bundle.sh $(BIN)/gpu-validate
 
 ## gpu-validate: build the bundle and run the GPU validation here (root, a
 ## GPU); the report goes to gpu-validation.md

@@ -8,7 +8,8 @@
 # gpureport, src/, VERSION}
 # and DIR.tar.gz; copy either to the server and run, as root,
 #   ./gpu-validate.sh --out gpu-validation.md
-# GOOS/GOARCH may be set to build for another server (GOARCH=arm64).
+# GOOS/GOARCH may be set to build for another server (GOARCH=arm64); CGO=1
+# builds arbiter with cgo (NVML).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,10 @@ VERSION=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 rm -rf "$OUT"
 mkdir -p "$OUT/src"
-export CGO_ENABLED=0
+# Static unless CGO=1, which builds arbiter with cgo so that it loads NVML
+# for its GPU inventory (docs/architecture.md, "NVML and cgo"); the server
+# then needs a glibc at least as new as this machine's.
+export CGO_ENABLED=${CGO:-0}
 echo "gpu-validate-bundle: arbiter" >&2
 "$GO" build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$OUT/arbiter" ./cmd/arbiter
 echo "gpu-validate-bundle: gpureport" >&2
