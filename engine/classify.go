@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+
 	"github.com/gpu-arbiter/arbiter/sched"
 )
 
@@ -44,10 +46,17 @@ func (f ClassifierFunc) Classify(p ProcessInfo) (sched.Plan, string, error) { re
 // An error means the decision could not be used (it failed its schema or
 // its evaluation): the engine then falls back to its default choice,
 // every best-effort process at suspend or gate level on a busy GPU, and
-// records the error.
+// records the error. ErrDefaultChoice instead asks for the default
+// choice without a failure: a chooser whose policy in force has no
+// control-loop rule (policies change while the engine runs).
 type VictimChooser interface {
 	Victims(s ControlState) (Victims, error)
 }
+
+// ErrDefaultChoice is what a VictimChooser returns to leave this round to
+// the engine's default choice, as if it had no chooser: nothing is
+// recorded as failed and no process stays throttled.
+var ErrDefaultChoice = errors.New("no victims rule: the engine's default choice applies")
 
 // ControlState is what the victim chooser sees.
 type ControlState struct {

@@ -263,3 +263,34 @@ func TestVictimsChosenByPolicy(t *testing.T) {
 		t.Errorf("chooser saw %+v", seen)
 	}
 }
+
+// TestVictimsDefaultChoice: a chooser that answers ErrDefaultChoice (its
+// policy has no victims rule now) gets the engine's default choice, every
+// best-effort process on the busy GPU suspended, as with no chooser; that
+// is neither a failure nor a call of the policy.
+func TestVictimsDefaultChoice(t *testing.T) {
+	rounds := 0
+	choose := victimsFunc(func(engine.ControlState) (engine.Victims, error) {
+		rounds++
+		return engine.Victims{}, fmt.Errorf("policy revision r2: %w", engine.ErrDefaultChoice)
+	})
+	ms := uint64(time.Millisecond)
+	evs := []trace.Event{
+		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"), launch(us, 20), launch(us, 30),
+		launch(250*ms, 10), syncAt(250*ms+10*us, 10, 500*us),
+	}
+	e, enf := run(t, evs, engine.Options{Victims: choose, IdleGap: 100 * time.Microsecond})
+	var got []string
+	for _, c := range enf.log {
+		if strings.HasPrefix(c, "suspend") || strings.HasPrefix(c, "resume") {
+			got = append(got, c)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"resume 20 gpu0", "resume 30 gpu0", "suspend 20 gpu0", "suspend 30 gpu0"}) {
+		t.Errorf("preemptions %q", got)
+	}
+	if st := e.Stats(); rounds < 2 || st.VictimErrors != 0 || st.VictimCalls != 0 {
+		t.Errorf("rounds %d, stats %+v", rounds, st)
+	}
+}

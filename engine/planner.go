@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -283,8 +284,13 @@ func (e *Engine) chooseVictims() {
 			st.SLO[name] = ClassSLO{Attainment: a, Target: c.plan.Percentile / 100, Latency: uint64(c.plan.LatencyTarget), Requests: n}
 		}
 	}
-	e.st.VictimCalls++
 	v, err := e.opts.Victims.Victims(st)
+	if errors.Is(err, ErrDefaultChoice) {
+		e.victimSet = nil
+		e.throttle(nil)
+		return
+	}
+	e.st.VictimCalls++
 	if err != nil {
 		e.st.VictimErrors++
 		e.victimSet = nil

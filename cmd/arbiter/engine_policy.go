@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/gpu-arbiter/arbiter/engine"
@@ -63,10 +64,13 @@ var levelModes = map[sched.Level]policy.Mode{
 }
 
 // Victims implements engine.VictimChooser. A policy without a victims
-// rule returns the engine's default choice: every process it would
-// suspend anyway.
+// rule leaves the choice to the engine's default (engine.ErrDefaultChoice):
+// every process it would suspend anyway.
 func (v *policyVictims) Victims(s engine.ControlState) (engine.Victims, error) {
 	pol := v.current()
+	if !pol.HasVictims() {
+		return engine.Victims{}, fmt.Errorf("policy revision %s: %w", pol.Revision(), engine.ErrDefaultChoice)
+	}
 	st := policy.State{Node: v.node(), SLO: map[string]policy.SLOState{}}
 	for _, p := range s.Processes {
 		st.Processes = append(st.Processes, policy.ProcessState{PID: int(p.PID), Comm: p.Comm, Class: p.Class, Priority: p.Priority,

@@ -228,11 +228,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	opts := engine.Options{
 		Classifier: d.policy.classifier(node.policyNode, d.proc, d.podLookup()),
 		Placement:  enf,
+		Victims:    d.policy.victims(node.policyNode),
 		IdleGap:    d.requestGap,
 		Feedback:   true,
-	}
-	if v := d.policy.victims(node.policyNode); v != nil {
-		opts.Victims = v
 	}
 	if d.eng, err = engine.New(src, enf, &opts); err != nil {
 		return err

@@ -111,12 +111,9 @@ func (lp *livePolicy) classifier(node func() policy.Node, proc *procfs.FS, pod f
 		}}
 }
 
-// victims is the policy's control-loop entry point, nil when the policy in
-// force has none at start (a reload that adds one takes effect at the next
-// start).
+// victims is the policy's control-loop entry point. It follows the policy
+// in force: one without a victims rule, at start or after a reload, leaves
+// the choice to the engine's default.
 func (lp *livePolicy) victims(node func() policy.Node) engine.VictimChooser {
-	if !lp.current().HasVictims() {
-		return nil
-	}
 	return &policyVictims{current: lp.current, node: node, timeout: 50 * time.Millisecond}
 }
