@@ -10,6 +10,12 @@
 // decision schema; errors carry file, row, column and OPA's error code
 // ([Error]).
 //
+// [ReadBundle] reads a bundle held in memory (one fetched from a bundle
+// server, package policy/fetch): every file counts against the size
+// limits first, and with [BundleOptions.Verification] the bundle must be
+// signed in OPA's bundle signing format with every file intact, or it is
+// refused with [CodeSignature] before any of it is parsed.
+//
 // [Policy.Classify] decides one process's class and preemption; the input
 // is the process as policy/input reads it from /proc, and the node's GPUs.
 // Every decision is checked

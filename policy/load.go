@@ -1,15 +1,12 @@
 package policy
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -18,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/bundle"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpu-arbiter/arbiter/policy/schema"
@@ -39,6 +35,9 @@ type Source struct {
 	Data map[string]any
 	// Library says where package arbiter.lib comes from.
 	Library LibraryOrigin
+	// Signature says whether the bundle the files came from was signed and
+	// its signature verified; empty for a directory.
+	Signature Signature
 }
 
 // LibraryOrigin says where a policy's helper library (package arbiter.lib)
@@ -144,73 +143,6 @@ func ReadFS(fsys fs.FS, name string, opts *Options) (*Source, error) {
 
 func isPolicyFile(base string) bool {
 	return strings.HasSuffix(base, ".rego") || base == "data.json" || base == "data.yaml" || base == "data.yml"
-}
-
-// readBundle reads an OPA bundle. Its files go through the same parser as
-// a directory's, so a bundle and its unpacked directory give the same
-// errors; the manifest's revision, when set, becomes the Source's.
-func readBundle(p string, o Options) (*Source, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, fmt.Errorf("read bundle: %w", err)
-	}
-	defer f.Close()
-	files, err := untar(f, o)
-	if err != nil {
-		return nil, fmt.Errorf("read bundle %s: %w", p, err)
-	}
-	// Parse first: our parser names files inside the bundle by its path.
-	src, err := parseFiles(p, files, "", o)
-	if err != nil {
-		return nil, err
-	}
-	// Then OPA's reader checks the layout, manifest and roots.
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("read bundle %s: %w", p, err)
-	}
-	b, err := bundle.NewReader(f).WithSizeLimitBytes(o.MaxFileBytes).
-		WithSkipBundleVerification(true).WithRegoVersion(ast.RegoV1).Read()
-	if err != nil {
-		return nil, diagnose(fmt.Sprintf("bundle %s", p), err)
-	}
-	if b.Manifest.Revision != "" {
-		src.Revision = b.Manifest.Revision
-	}
-	return src, nil
-}
-
-func untar(r io.Reader, o Options) (map[string][]byte, error) {
-	zr, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, err
-	}
-	tr := tar.NewReader(zr)
-	files := map[string][]byte{}
-	var total int64
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return files, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
-		if h.Typeflag != tar.TypeReg || !isPolicyFile(path.Base(name)) {
-			continue
-		}
-		if h.Size > o.MaxFileBytes {
-			return nil, fmt.Errorf("%s: %d bytes, over the %d-byte limit for one policy file", name, h.Size, o.MaxFileBytes)
-		}
-		if total += h.Size; total > o.MaxTotalBytes {
-			return nil, fmt.Errorf("bundle exceeds %d bytes in all", o.MaxTotalBytes)
-		}
-		b, err := io.ReadAll(io.LimitReader(tr, o.MaxFileBytes+1))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		files[name] = b
-	}
 }
 
 // parseFiles parses Rego files and merges data files. Data in a/b/data.json
