@@ -700,7 +700,8 @@ section_daemon() {
 	local dir=$SEC/scenarios d=$GV_COLOCATE_SECONDS n=0 name x level
 	mkdir -p "$dir"
 	DM_BPF=$SEC/bpf
-	trap cleanup_daemon EXIT
+	DM_DIR=$dir
+	trap daemon_exit EXIT
 	if [ -n "${GV_STUB:-}" ]; then
 		LC=(env ARBITER_CLASS=latency-critical "$GV_STUB/infer" --rate 100 --launches 8 --kernel-us 100 --bytes 65536 --sync-every 1 --duration "$d")
 		BE=("$GV_STUB/train" --kernel-us 1000 --sync-every 1 --duration "$((d + 30))")
@@ -725,8 +726,22 @@ section_daemon() {
 		local sbe=("${BE[@]}")
 		# Alone, the BE trains for the LC's duration.
 		[ "$name" != be-alone ] || BE[-1]=$d
+		DM_CURRENT=$x
 		daemon_scenario "$x" "$name" "$level"
+		DM_CURRENT=""
 		BE=("${sbe[@]}")
 	done
-	gpureport colocate -section "$GV_SECTION" -dir "$dir"
+}
+
+# daemon_exit ends the section however it ends: the daemon and workloads
+# stopped, a scenario cut short by the time budget marked as such, and the
+# scenarios that ran reported.
+DM_CURRENT=""
+DM_DIR=""
+daemon_exit() {
+	cleanup_daemon
+	if [ -n "$DM_CURRENT" ]; then
+		echo "stopped: the section ran out of its time budget during this scenario (--budget daemon=SECONDS, --limit)" >"$DM_CURRENT.skip"
+	fi
+	[ -z "$DM_DIR" ] || gpureport colocate -section "$GV_SECTION" -dir "$DM_DIR"
 }
