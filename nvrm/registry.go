@@ -32,6 +32,11 @@ type Registry struct {
 	susMu  sync.Mutex
 	susFD  int
 	susLen int
+
+	// bootID is the kernel's boot id, written into the state files.
+	bootID string
+	// refused are the state files not read for their format version.
+	refused []*FormatError
 }
 
 // RegistryOptions configures a Registry. The zero value keeps no state
@@ -47,6 +52,9 @@ type RegistryOptions struct {
 	// reusing its pid; nil reads /proc. It returns 0 for a process that
 	// does not exist.
 	StartTime func(pid uint32) uint64
+	// BootID is the kernel's boot id, which the state files record so
+	// that a later boot drops them; empty reads it from /proc.
+	BootID string
 }
 
 // groupKey names one channel group of one process.
@@ -94,6 +102,10 @@ func NewRegistry(opts *RegistryOptions) (*Registry, error) {
 	}
 	if r.opts.StartTime == nil {
 		r.opts.StartTime = procStartTime
+	}
+	r.bootID = r.opts.BootID
+	if r.bootID == "" {
+		r.bootID = readBootID()
 	}
 	if r.opts.StatePath != "" {
 		if err := r.load(); err != nil {

@@ -252,7 +252,6 @@ func TestRegistryStateErrors(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct{ name, body, want string }{
 		{"syntax", `{"version":1,"processes":[}`, "byte 27"},
-		{"version", `{"version":9}`, "version 9, want 1"},
 		{"type", `{"version":1,"processes":[{"pid":"x"}]}`, "processes.pid"},
 		{"timeslice key", `{"version":1,"processes":[{"pid":1,"objects":[],"desired_timeslice":{"gpu":5}}]}`, `desired timeslice key "gpu"`},
 	}

@@ -22,11 +22,10 @@ import (
 // ring buffer is drained after a change: a crash loses at most the burst
 // of records in hand (typically part of one context's creation).
 
-// stateVersion is the state file's format version.
-const stateVersion = 1
-
+// stateFile is state.json; its format versions are in stateformat.go.
 type stateFile struct {
 	Version   int            `json:"version"`
+	BootID    string         `json:"boot_id,omitempty"`
 	Processes []stateProcess `json:"processes"`
 }
 
@@ -35,6 +34,7 @@ type stateFile struct {
 // writes a few hundred bytes rather than the whole registry.
 type suspendedFile struct {
 	Version   int              `json:"version"`
+	BootID    string           `json:"boot_id,omitempty"`
 	Suspended []SuspendedGroup `json:"suspended"`
 }
 
@@ -71,7 +71,7 @@ func (r *Registry) Save() error {
 		return nil
 	}
 	r.mu.Lock()
-	st := stateFile{Version: stateVersion}
+	st := stateFile{Version: stateVersion, BootID: r.bootID}
 	for _, p := range r.procs {
 		sp := stateProcess{PID: p.pid, StartTime: p.start}
 		for _, o := range p.objs {
@@ -121,7 +121,7 @@ func (r *Registry) saveSuspended() error {
 	}
 	r.susMu.Lock()
 	defer r.susMu.Unlock()
-	b, err := json.Marshal(&suspendedFile{Version: stateVersion, Suspended: r.Suspended()})
+	b, err := json.Marshal(&suspendedFile{Version: stateVersion, BootID: r.bootID, Suspended: r.Suspended()})
 	if err != nil {
 		return fmt.Errorf("nvrm: encode suspended groups: %w", err)
 	}
@@ -181,25 +181,32 @@ func (r *Registry) Close() error {
 }
 
 // load reads the state file, keeping processes that still run. A missing
-// file is an empty registry.
+// file is an empty registry; a file of a format version this build does not
+// read is refused (Refused), not an error.
 func (r *Registry) load() error {
-	b, err := os.ReadFile(r.opts.StatePath)
+	path := r.opts.StatePath
+	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return r.loadSuspended()
 	}
 	if err != nil {
 		return fmt.Errorf("nvrm: read state: %w", err)
 	}
+	head, err := readHead(path, b)
+	if err != nil {
+		return fmt.Errorf("%w (remove the file to start afresh)", err)
+	}
+	if !knownVersion(head.Version) {
+		r.refused = append(r.refused, &FormatError{Path: path, Version: head.Version,
+			Instead: "not used: the driver handles it records are forgotten (their processes fall back to the launch gate), and it is overwritten"})
+		return r.loadSuspended()
+	}
 	var st stateFile
 	if err := json.Unmarshal(b, &st); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return fmt.Errorf("nvrm: state file %s: byte %d: %w (remove the file to start afresh)", r.opts.StatePath, se.Offset, err)
-		}
-		return fmt.Errorf("nvrm: state file %s: %w (remove the file to start afresh)", r.opts.StatePath, err)
+		return fmt.Errorf("%w (remove the file to start afresh)", jsonError(path, err))
 	}
-	if st.Version != stateVersion {
-		return fmt.Errorf("nvrm: state file %s: version %d, want %d", r.opts.StatePath, st.Version, stateVersion)
+	if otherBoot(st.BootID, r.bootID) {
+		return r.loadSuspended() // none of its processes exists any more
 	}
 	for _, sp := range st.Processes {
 		if !r.alive(sp.PID, sp.StartTime) {
@@ -213,7 +220,7 @@ func (r *Registry) load() error {
 		for k, us := range sp.Timeslice {
 			var gpu int
 			if _, err := fmt.Sscan(k, &gpu); err != nil {
-				return fmt.Errorf("nvrm: state file %s: process %d: desired timeslice key %q: %w", r.opts.StatePath, sp.PID, k, err)
+				return fmt.Errorf("nvrm: state file %s: process %d: desired timeslice key %q: %w", path, sp.PID, k, err)
 			}
 			if p.desiredTimeslice == nil {
 				p.desiredTimeslice = map[int]uint64{}
@@ -227,7 +234,10 @@ func (r *Registry) load() error {
 
 // loadSuspended reads the suspended-groups file, keeping the groups of
 // processes that still run (same pid and start time): a suspended group of
-// an exited process went with it.
+// an exited process went with it. A file of a format version this build
+// does not read is refused (Refused) but its records are kept as far as
+// they decode, so that they are resumed: a process is never left
+// suspended because of the file's version.
 func (r *Registry) loadSuspended() error {
 	path := r.suspendedPath()
 	b, err := os.ReadFile(path)
@@ -237,18 +247,33 @@ func (r *Registry) loadSuspended() error {
 	if err != nil {
 		return fmt.Errorf("nvrm: read suspended groups: %w", err)
 	}
-	var sf suspendedFile
-	if err := json.Unmarshal(b, &sf); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return fmt.Errorf("nvrm: suspended-groups file %s: byte %d: %w", path, se.Offset, err)
+	head, err := readHead(path, b)
+	if err != nil {
+		return err
+	}
+	var recs []SuspendedGroup
+	if knownVersion(head.Version) {
+		var sf suspendedFile
+		if err := json.Unmarshal(b, &sf); err != nil {
+			return jsonError(path, err)
 		}
-		return fmt.Errorf("nvrm: suspended-groups file %s: %w", path, err)
+		if otherBoot(sf.BootID, r.bootID) {
+			return nil
+		}
+		recs = sf.Suspended
+	} else {
+		var lost int
+		recs, lost = salvageSuspended(b)
+		instead := fmt.Sprintf("its %d suspension record(s) were read as far as they decode, to be resumed", len(recs))
+		switch {
+		case lost < 0:
+			instead = "no suspension record could be read from it: a process it names may stay suspended until an arbiter that reads it runs `arbiter recover`"
+		case lost > 0:
+			instead += fmt.Sprintf("; %d could not be read: a process they name may stay suspended until an arbiter that reads the file runs `arbiter recover`", lost)
+		}
+		r.refused = append(r.refused, &FormatError{Path: path, Version: head.Version, Instead: instead})
 	}
-	if sf.Version != stateVersion {
-		return fmt.Errorf("nvrm: suspended-groups file %s: version %d, want %d", path, sf.Version, stateVersion)
-	}
-	for _, s := range sf.Suspended {
+	for _, s := range recs {
 		// Kept even where the tree was not saved: the record alone
 		// (client, group, descriptor, start time) is enough to resume.
 		if r.alive(s.PID, s.StartTime) {
