@@ -91,29 +91,16 @@ func newGate(entries, signals *ebpf.Map, procRoot string, probed func(uint32) er
 	return &Gate{entries: entries, signals: signals, procRoot: procRoot, probed: probed}
 }
 
-// OpenGate opens the gate pinned in dir (empty: DefaultGatePinDir) without
-// a tracer, for releasing what a daemon left: Gated, Ungate, ReleaseAll
-// and Unpin work, Gate refuses. It returns an error wrapping ErrNoGate
-// where nothing is pinned there. It needs CAP_BPF (or root).
+// OpenGate opens the gate pinned in dir (empty: DefaultGatePinDir) in
+// this build's format without a tracer, for releasing what a daemon left:
+// Gated, Ungate, ReleaseAll and Unpin work, Gate refuses. It returns an
+// error wrapping ErrNoGate where nothing is pinned there. It needs CAP_BPF
+// (or root). OpenGatePin opens a gate of another format.
 func OpenGate(dir string) (*Gate, error) {
 	if dir == "" {
 		dir = DefaultGatePinDir
 	}
-	path := filepath.Join(dir, GateMapName)
-	m, err := ebpf.LoadPinnedMap(path, nil)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", path, ErrNoGate)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open the pinned launch gate %s (needs CAP_BPF, or root): %w", path, err)
-	}
-	want := bpfGateEntrySize()
-	if m.Type() != ebpf.Hash || m.KeySize() != 4 || m.ValueSize() != want {
-		m.Close()
-		return nil, fmt.Errorf("open the pinned launch gate %s: a %v map with %d-byte keys and %d-byte values, want a hash of 4-byte keys and %d-byte values (written by another version of Arbiter? remove the pin once no process is stopped)",
-			path, m.Type(), m.KeySize(), m.ValueSize(), want)
-	}
-	return &Gate{entries: m, procRoot: DefaultProcRoot, owned: true}, nil
+	return OpenGatePin(GatePin{Path: filepath.Join(dir, GateMapName), Format: GateFormat})
 }
 
 // Gate closes pid's gate: afterwards pid submits no new kernel: the next
@@ -174,9 +161,10 @@ func (g *Gate) Ungate(pid uint32) error {
 func (g *Gate) Gated() ([]GatedProcess, error) {
 	var out []GatedProcess
 	var pid uint32
-	var e bpf.CudaGateEntry
+	var v []byte
 	it := g.entries.Iterate()
-	for it.Next(&pid, &e) {
+	for it.Next(&pid, &v) {
+		e := decodeGateValue(v)
 		out = append(out, GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0})
 	}
 	if err := it.Err(); err != nil {
@@ -192,9 +180,9 @@ func (g *Gate) ReleaseAll() ([]Release, error) {
 	defer g.mu.Unlock()
 	var pids []uint32
 	var pid uint32
-	var e bpf.CudaGateEntry
+	var v []byte
 	it := g.entries.Iterate()
-	for it.Next(&pid, &e) {
+	for it.Next(&pid, &v) {
 		pids = append(pids, pid)
 	}
 	var errs []error
@@ -280,13 +268,14 @@ func (g *Gate) Close() error {
 // where the entry could not be removed; a failure to continue is the
 // Release's Err.
 func (g *Gate) open(pid uint32) (Release, error) {
-	var e bpf.CudaGateEntry
-	if err := g.entries.LookupAndDelete(pid, &e); err != nil {
+	var v []byte
+	if err := g.entries.LookupAndDelete(pid, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return Release{}, nil
 		}
 		return Release{}, fmt.Errorf("ungate process %d: remove its gate entry: %w", pid, err)
 	}
+	e := decodeGateValue(v)
 	r := Release{GatedProcess: GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0}}
 	if !r.Stopped {
 		return r, nil
@@ -398,9 +387,23 @@ func procStart(procRoot string, pid uint32) (uint64, error) {
 	return v, nil
 }
 
-// bpfGateEntrySize is the size of one gate map value.
+// bpfGateEntrySize is the size of one gate map value in this build's
+// format.
 func bpfGateEntrySize() uint32 {
 	return uint32(binary.Size(bpf.CudaGateEntry{}))
+}
+
+// gatePrefixSize is the start of a gate value that every format keeps: the
+// start time in ns (u64) and the stopped flag (u32), in the host's byte
+// order. It is what lets any build release a gate of any format.
+const gatePrefixSize = 12
+
+// decodeGateValue reads the shared prefix of a gate value of any format.
+func decodeGateValue(v []byte) bpf.CudaGateEntry {
+	if len(v) < gatePrefixSize {
+		return bpf.CudaGateEntry{}
+	}
+	return bpf.CudaGateEntry{Start: binary.NativeEndian.Uint64(v), Stopped: binary.NativeEndian.Uint32(v[8:])}
 }
 
 // probeBarrier waits for the BPF programs in flight. Updating a slot of a
