@@ -39,7 +39,10 @@ force, so that no application stays stopped or off the GPU: it continues
 every process the launch gate stopped (and only those: a process stopped
 by anyone else stays stopped; a pid now used by another process is never
 signalled), removes the pinned gate, and resumes every channel group the
-daemon's state file records as suspended.
+daemon's state file records as suspended. State left by another version
+of arbiter is released too: a launch gate pinned in another format, and
+the suspension records of a state file of a format it does not read (it
+names the file, the version found and the versions it reads).
 
 It is meant for the service manager's stop hook (ExecStopPost= in systemd),
 run after the daemon exited however it exited. It needs no daemon, is safe
@@ -83,8 +86,16 @@ saying what.`,
 
 // recoverReport is what recover did, as --format json writes it.
 type recoverReport struct {
-	Gate     gateRecovery    `json:"gate"`
-	Channels channelRecovery `json:"channels"`
+	Gate gateRecovery `json:"gate"`
+	// OtherGates are the gates pinned in another format version than
+	// this build's (a newer or an older arbiter's), each released as far
+	// as it could be.
+	OtherGates []gateRecovery  `json:"other_gates"`
+	Channels   channelRecovery `json:"channels"`
+	// Warnings name the state this build did not read for its format
+	// version (see docs/install.md, "Upgrading"), and what it did
+	// instead.
+	Warnings []string `json:"warnings"`
 	// Errors are the problems left; the command exits non-zero if any.
 	Errors []string `json:"errors"`
 	// NothingToRecover is true where nothing was gated or suspended.
@@ -95,6 +106,9 @@ type recoverReport struct {
 type gateRecovery struct {
 	// Pin is the pinned gate map's path.
 	Pin string `json:"pin"`
+	// Format is the gate's format version (uprobe.GateFormat is this
+	// build's).
+	Format int `json:"format"`
 	// Found is true where a gate was pinned there.
 	Found bool `json:"found"`
 	// Released lists the processes whose gate was opened.
@@ -142,9 +156,11 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 		return err
 	}
 	rep := &recoverReport{
-		Gate:     gateRecovery{Pin: filepath.Join(o.gatePinDir, uprobe.GateMapName), Released: []releasedProcess{}},
-		Channels: channelRecovery{StateDir: o.channels.stateDir, Resumed: []resumedProcess{}},
-		Errors:   []string{},
+		Gate:       gateRecovery{Pin: filepath.Join(o.gatePinDir, uprobe.GateMapName), Format: uprobe.GateFormat, Released: []releasedProcess{}},
+		OtherGates: []gateRecovery{},
+		Channels:   channelRecovery{StateDir: o.channels.stateDir, Resumed: []resumedProcess{}},
+		Warnings:   []string{},
+		Errors:     []string{},
 	}
 	keeper, err := o.resumeChannels(rep)
 	if errors.Is(err, nvrm.ErrKeeperRunning) {
@@ -156,12 +172,17 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 	// The keeper lock, where taken, is held while the gate is released, so
 	// that no daemon starts meanwhile.
 	o.releaseGate(rep)
+	for _, g := range otherGates(o.gatePinDir) {
+		rep.OtherGates = append(rep.OtherGates, g.rec)
+		rep.Warnings = append(rep.Warnings, g.refusal)
+		rep.Errors = append(rep.Errors, g.errs...)
+	}
 	if keeper != nil {
 		if err := keeper.Close(); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Sprintf("channels: close the registry: %v", err))
 		}
 	}
-	rep.NothingToRecover = len(rep.Errors) == 0 && !rep.Gate.Found && len(rep.Gate.Released) == 0 && rep.Channels.Suspended == 0
+	rep.NothingToRecover = len(rep.Errors) == 0 && !rep.Gate.Found && len(rep.Gate.Released) == 0 && len(rep.OtherGates) == 0 && rep.Channels.Suspended == 0
 	if err := rep.write(stdout, o.format); err != nil {
 		return err
 	}
@@ -182,6 +203,9 @@ func (o *recoverOptions) resumeChannels(rep *recoverReport) (*nvrm.Keeper, error
 	reg, err := nvrm.ReadState(dir)
 	if err != nil {
 		return nil, fmt.Errorf("channels: %w", err)
+	}
+	for _, r := range reg.Refused() {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("channels: %v", r))
 	}
 	before := reg.Suspended()
 	if err := reg.Close(); err != nil {
@@ -223,34 +247,76 @@ func (o *recoverOptions) resumeChannels(rep *recoverReport) (*nvrm.Keeper, error
 
 // releaseGate opens every gate of the pinned gate map and removes the pin.
 func (o *recoverOptions) releaseGate(rep *recoverReport) {
-	g, err := uprobe.OpenGate(o.gatePinDir)
+	errs := releasePin(uprobe.GatePin{Path: rep.Gate.Pin, Format: uprobe.GateFormat}, &rep.Gate)
+	rep.Errors = append(rep.Errors, errs...)
+}
+
+// otherGate is what releasing a gate of another format did.
+type otherGate struct {
+	rec gateRecovery
+	// refusal says that this build does not gate with it, and why it
+	// released it all the same.
+	refusal string
+	errs    []string
+}
+
+// otherGates releases every gate pinned in dir in another format than
+// this build's (uprobe.GateFormat) and removes its pin: the daemon at its
+// start, and recover, leave no process stopped because a different
+// version of arbiter stopped it.
+func otherGates(dir string) []otherGate {
+	pins, err := uprobe.FindGates(dir)
+	if err != nil {
+		return []otherGate{{rec: gateRecovery{Pin: dir, Released: []releasedProcess{}}, refusal: "gate: cannot look for gates of other formats", errs: []string{fmt.Sprintf("gate: %v", err)}}}
+	}
+	var out []otherGate
+	for _, p := range pins {
+		if p.Format == uprobe.GateFormat {
+			continue
+		}
+		g := otherGate{rec: gateRecovery{Pin: p.Path, Format: p.Format, Released: []releasedProcess{}}}
+		who := "a newer arbiter's"
+		if p.Format < uprobe.GateFormat {
+			who = "an older arbiter's"
+		}
+		g.refusal = fmt.Sprintf("gate: %s has launch gate format version %d (%s); this arbiter gates only with version %d: not used: its processes are released through the fields every format keeps, and its pin removed once empty",
+			p.Path, p.Format, who, uprobe.GateFormat)
+		g.errs = releasePin(p, &g.rec)
+		out = append(out, g)
+	}
+	return out
+}
+
+// releasePin opens every gate of the gate pinned at p into rec and
+// removes the pin; it returns the problems left.
+func releasePin(p uprobe.GatePin, rec *gateRecovery) []string {
+	g, err := uprobe.OpenGatePin(p)
 	if errors.Is(err, uprobe.ErrNoGate) {
-		return
+		return nil
 	}
 	if err != nil {
-		rep.Errors = append(rep.Errors, fmt.Sprintf("gate: %v", err))
-		return
+		return []string{fmt.Sprintf("gate: %v", err)}
 	}
 	defer g.Close()
-	rep.Gate.Found = true
+	rec.Found = true
+	var errs []string
 	rels, err := g.ReleaseAll()
 	for _, r := range rels {
 		p := releasedProcess{PID: r.PID, Start: r.Start, Stopped: r.Stopped, Continued: r.Continued, Gone: r.Gone}
 		if r.Err != nil {
 			p.Error = r.Err.Error()
 		}
-		rep.Gate.Released = append(rep.Gate.Released, p)
+		rec.Released = append(rec.Released, p)
 	}
-	slices.SortFunc(rep.Gate.Released, func(a, b releasedProcess) int { return int(a.PID) - int(b.PID) })
+	slices.SortFunc(rec.Released, func(a, b releasedProcess) int { return int(a.PID) - int(b.PID) })
 	if err != nil {
-		rep.Errors = append(rep.Errors, fmt.Sprintf("gate: %v", err))
-		return // the pin stays: nothing is forgotten
+		return append(errs, fmt.Sprintf("gate: %v", err)) // the pin stays: nothing is forgotten
 	}
 	if err := g.Unpin(); err != nil {
-		rep.Errors = append(rep.Errors, fmt.Sprintf("gate: %v", err))
-		return
+		return append(errs, fmt.Sprintf("gate: %v", err))
 	}
-	rep.Gate.Unpinned = true
+	rec.Unpinned = true
+	return errs
 }
 
 // write prints the report as text or JSON.
@@ -258,24 +324,13 @@ func (rep *recoverReport) write(w io.Writer, format string) error {
 	if format == "json" {
 		return json.NewEncoder(w).Encode(rep)
 	}
-	for _, p := range rep.Gate.Released {
-		var what string
-		switch {
-		case p.Error != "":
-			what = "NOT continued: " + p.Error
-		case p.Continued:
-			what = "continued (the gate had stopped it)"
-		case p.Gone:
-			what = "released (exited, or its pid is another process's now: not signalled)"
-		default:
-			what = "released (it was not stopped)"
-		}
-		if _, err := fmt.Fprintf(w, "gate: process %d (start %d): %s\n", p.PID, p.Start, what); err != nil {
+	for _, msg := range rep.Warnings {
+		if _, err := fmt.Fprintf(w, "warning: %s\n", msg); err != nil {
 			return err
 		}
 	}
-	if rep.Gate.Unpinned {
-		if _, err := fmt.Fprintf(w, "gate: removed %s\n", rep.Gate.Pin); err != nil {
+	for _, g := range append([]gateRecovery{rep.Gate}, rep.OtherGates...) {
+		if err := g.write(w); err != nil {
 			return err
 		}
 	}
@@ -292,6 +347,32 @@ func (rep *recoverReport) write(w io.Writer, format string) error {
 	if rep.NothingToRecover {
 		_, err := fmt.Fprintln(w, "nothing to recover")
 		return err
+	}
+	return nil
+}
+
+// write prints what releasing one gate did, a line per process.
+func (g *gateRecovery) write(w io.Writer) error {
+	for _, p := range g.Released {
+		var what string
+		switch {
+		case p.Error != "":
+			what = "NOT continued: " + p.Error
+		case p.Continued:
+			what = "continued (the gate had stopped it)"
+		case p.Gone:
+			what = "released (exited, or its pid is another process's now: not signalled)"
+		default:
+			what = "released (it was not stopped)"
+		}
+		if _, err := fmt.Fprintf(w, "gate: process %d (start %d): %s\n", p.PID, p.Start, what); err != nil {
+			return err
+		}
+	}
+	if g.Unpinned {
+		if _, err := fmt.Fprintf(w, "gate: removed %s\n", g.Pin); err != nil {
+			return err
+		}
 	}
 	return nil
 }

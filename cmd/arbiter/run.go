@@ -38,6 +38,10 @@ type runFlags struct {
 	// listenPlain serves --listen over plain HTTP even off loopback.
 	listenPlain bool
 	cfg         config.Config
+	// driver holds the hidden flags that point channel control at a
+	// stand-in control file (tests) or override the detected driver
+	// version, as `arbiter channels` and `arbiter recover` take them.
+	driver channelsOptions
 }
 
 func newRunCmd() *cobra.Command {
@@ -71,6 +75,12 @@ start or by arbiter recover.`,
 		} else {
 			fl.String(s.Flag(), s.Get(&f.cfg), s.Usage)
 		}
+	}
+	fl.StringVar(&f.driver.controlRdev, "control-rdev", "195:255", "the control device's number (major:minor)")
+	fl.IntVar(&f.driver.acceptErrno, "accept-errno", 0, "treat ioctls failing with this errno as run by RM (stand-in control files only)")
+	fl.StringVar(&f.driver.driverVersion, "driver-version", "", "driver version whose layouts to use, instead of the loaded driver's")
+	for _, h := range []string{"control-rdev", "accept-errno", "driver-version"} {
+		_ = fl.MarkHidden(h)
 	}
 	return cmd
 }
@@ -136,7 +146,8 @@ func runDaemon(cmd *cobra.Command, f *runFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &daemon{cfg: cfg, log: log, requestGap: f.requestGap, listenPlain: f.listenPlain, proc: procfs.New("/")}
+	f.driver.allowUnverified = cfg.AllowUnverifiedDriver
+	d := &daemon{cfg: cfg, log: log, requestGap: f.requestGap, listenPlain: f.listenPlain, proc: procfs.New("/"), driver: &f.driver}
 	if f.nodeName != "" || f.kubeletSocket != "" {
 		d.pods = kube.New(kube.Options{NodeName: f.nodeName, Client: kubeClient(f.nodeName), PodResourcesSocket: f.kubeletSocket,
 			OnChange: func(h kube.Health) { log.Info().Interface("kubernetes", h).Msg("pod metadata source changed") }})
@@ -160,6 +171,7 @@ type daemon struct {
 	requestGap  time.Duration
 	listenPlain bool
 	proc        *procfs.FS
+	driver      *channelsOptions
 	pods        *kube.Resolver // nil off Kubernetes
 	keeper      *nvrm.Keeper
 	tracer      *uprobe.Tracer
@@ -212,6 +224,8 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	if err := d.openDriver(enf); err != nil {
 		return err
 	}
+	// Gates of another format: the tracer pins its own beside them.
+	d.releaseOtherGates()
 	d.tracer, err = uprobe.Open(&uprobe.Options{GatePinDir: d.cfg.BPFFS})
 	if err != nil {
 		return caps.Diagnose("tracing CUDA calls", fmt.Errorf("start tracing: %w", err), caps.ProbeFeature, tracingNeeds...)
@@ -265,11 +279,16 @@ func (d *daemon) run(ctx context.Context) (err error) {
 // no driver, or one whose version channel control does not support, runs
 // with the launch gate only, and says why.
 func (d *daemon) openDriver(enf *liveEnforcer) error {
-	layout, lerr := nvrm.DetectLayout("/", &nvrm.LayoutOptions{AllowUnverified: d.cfg.AllowUnverifiedDriver})
+	rdev, err := d.driver.rdev()
+	if err != nil {
+		return err
+	}
+	accept := syscall.Errno(d.driver.acceptErrno)
+	layout, lerr := d.driver.layout()
 	opts := &nvrm.KeeperOptions{StateDir: nvrmStateDir(d.cfg), Trace: nvrm.TraceAlways,
-		Tracer: nvrm.TracerOptions{PinPath: filepath.Join(d.cfg.BPFFS, "nvrm")}}
+		Tracer: nvrm.TracerOptions{ControlRdev: rdev, AcceptErrno: accept, PinPath: filepath.Join(d.cfg.BPFFS, "nvrm")}}
 	if lerr == nil {
-		opts.Controller = nvrm.ControllerOptions{Layout: layout}
+		opts.Controller = nvrm.ControllerOptions{Layout: layout, ControlRdev: rdev, AcceptErrno: accept}
 	}
 	k, err := nvrm.OpenKeeper(opts)
 	if err != nil {
@@ -280,6 +299,9 @@ func (d *daemon) openDriver(enf *liveEnforcer) error {
 			caps.ProbeFeature, tracingNeeds...)
 	}
 	d.keeper = k
+	for _, r := range k.Registry().Refused() {
+		d.log.Warn().Err(r).Msg("state left by another version of arbiter refused")
+	}
 	if k.ResumeErr != nil {
 		d.log.Warn().Err(k.ResumeErr).Msg("resuming channel groups a previous daemon left suspended")
 	}
@@ -294,6 +316,21 @@ func (d *daemon) openDriver(enf *liveEnforcer) error {
 		enf.ctl = k.Controller()
 	}
 	return nil
+}
+
+// releaseOtherGates releases the processes of every launch gate pinned
+// in another format than this build's (a newer or older arbiter's) and
+// removes its pin; what it cannot release is logged and stays pinned for
+// an `arbiter recover` of the version that pinned it.
+func (d *daemon) releaseOtherGates() {
+	for _, g := range otherGates(d.cfg.BPFFS) {
+		ev := d.log.Warn()
+		if len(g.errs) > 0 {
+			ev = d.log.Error().Strs("errors", g.errs)
+		}
+		ev.Str("pin", g.rec.Pin).Int("format", g.rec.Format).Int("released", len(g.rec.Released)).Bool("unpinned", g.rec.Unpinned).
+			Msg(g.refusal)
+	}
 }
 
 // keep feeds the driver trace into the registry until ctx ends. The

@@ -48,7 +48,7 @@ type testDaemon struct {
 	done   bool
 }
 
-func startDaemon(t *testing.T, node *recoverNode, policyDir string) *testDaemon {
+func startDaemon(t *testing.T, node *recoverNode, policyDir string, extra ...string) *testDaemon {
 	t.Helper()
 	d := &testDaemon{t: t, node: node, dir: filepath.Dir(node.stateDir)}
 	addr := freeAddr(t)
@@ -57,8 +57,8 @@ func startDaemon(t *testing.T, node *recoverNode, policyDir string) *testDaemon 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.cmd = exec.Command(os.Args[0], "run", "--policy", policyDir, "--state-dir", filepath.Dir(node.stateDir),
-		"--socket", d.socket(), "--bpffs", node.pinDir, "--listen", addr, "--log-format", "json")
+	d.cmd = exec.Command(os.Args[0], append([]string{"run", "--policy", policyDir, "--state-dir", filepath.Dir(node.stateDir),
+		"--socket", d.socket(), "--bpffs", node.pinDir, "--listen", addr, "--log-format", "json"}, extra...)...)
 	d.cmd.Env = append(os.Environ(), "ARBITER_TEST_MAIN=1")
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
