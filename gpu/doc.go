@@ -6,7 +6,9 @@
 //
 // Everything is behind the Inventory interface. Open loads the node's
 // libnvidia-ml.so.1; New takes any go-nvml nvml.Interface, which is how the
-// tests run against go-nvml's own DGX mock servers.
+// tests run against go-nvml's own DGX mock servers (completed by package
+// nvmltest). Check, what `arbiter doctor` shows, opens an inventory
+// through an Opener: Open, or in tests a mock server's.
 //
 // go-nvml ends the process on a call that reaches NVML before a successful
 // Init, and on a call to a function the node's NVML does not export. This

@@ -18,6 +18,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpu-arbiter/arbiter/gpu"
+	"github.com/gpu-arbiter/arbiter/gpu/nvmltest"
 )
 
 const gib = 1 << 30
@@ -35,7 +36,7 @@ func TestInventoryOfDGXServers(t *testing.T) {
 		{dgxb200.New(), "NVIDIA B200 180GB HBM3e", 180 * gib, "560.28.03 12.6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inv := open(t, hgx(tc.server))
+			inv := open(t, nvmltest.HGX(tc.server))
 			v, err := inv.Versions()
 			if err != nil {
 				t.Fatal(err)
@@ -69,7 +70,7 @@ func TestInventoryOfDGXServers(t *testing.T) {
 }
 
 func TestNVLinkThroughNVSwitches(t *testing.T) {
-	inv := open(t, hgx(dgxa100.New()))
+	inv := open(t, nvmltest.HGX(dgxa100.New()))
 	topo, err := inv.Topology()
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestNVLinkThroughNVSwitches(t *testing.T) {
 func TestNVLinkBridgedPairs(t *testing.T) {
 	// H100 NVL cards bridged two by two: four links GPU to GPU, no switch;
 	// GPUs 4-7 have NVLink hardware with every link down.
-	s := hgx(dgxh100.New())
+	s := nvmltest.HGX(dgxh100.New())
 	for _, dev := range s.Devices {
 		d := dev.(*server.Device)
 		peer := d.Index ^ 1
@@ -129,7 +130,7 @@ func TestNVLinkBridgedPairs(t *testing.T) {
 			return nvml.FEATURE_DISABLED, nvml.SUCCESS
 		}
 		d.GetNvLinkRemotePciInfoFunc = func(int) (nvml.PciInfo, nvml.Return) {
-			return nvml.PciInfo{BusId: cBusID(fmt.Sprintf("00000000:%02X:00.0", peer))}, nvml.SUCCESS
+			return nvml.PciInfo{BusId: nvmltest.BusID(fmt.Sprintf("00000000:%02X:00.0", peer))}, nvml.SUCCESS
 		}
 		d.GetTopologyCommonAncestorFunc = func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
 			return nvml.TOPOLOGY_HOSTBRIDGE, nvml.SUCCESS
@@ -164,7 +165,7 @@ func TestNVLinkBridgedPairs(t *testing.T) {
 }
 
 func TestProcesses(t *testing.T) {
-	s := hgx(dgxh100.New())
+	s := nvmltest.HGX(dgxh100.New())
 	since := time.UnixMicro(1_700_000_000_000_000)
 	at := func(d time.Duration) uint64 { return uint64(since.Add(d).UnixMicro()) }
 	d0, d3 := s.Devices[0].(*server.Device), s.Devices[3].(*server.Device)
@@ -246,14 +247,14 @@ func TestInitFailureCallsNothingElse(t *testing.T) {
 				t.Errorf("Init %d: %q lacks %q", tc.ret, msg, want)
 			}
 		}
-		if n := calls(s); n != 1 || len(s.InitCalls()) != 1 {
+		if n := nvmltest.Calls(s); n != 1 || len(s.InitCalls()) != 1 {
 			t.Errorf("Init %d: %d calls reached NVML, want only Init", tc.ret, n)
 		}
 	}
 }
 
 func TestClosedInventoryCallsNothing(t *testing.T) {
-	s := hgx(dgxa100.New())
+	s := nvmltest.HGX(dgxa100.New())
 	inv, err := gpu.New(s)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +262,7 @@ func TestClosedInventoryCallsNothing(t *testing.T) {
 	if err := inv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	before := calls(s)
+	before := nvmltest.Calls(s)
 	if _, err := inv.GPUs(); !errors.Is(err, gpu.ErrClosed) {
 		t.Errorf("GPUs after Close: %v, want ErrClosed", err)
 	}
@@ -277,13 +278,13 @@ func TestClosedInventoryCallsNothing(t *testing.T) {
 	if err := inv.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if after := calls(s); after != before || len(s.ShutdownCalls()) != 1 {
+	if after := nvmltest.Calls(s); after != before || len(s.ShutdownCalls()) != 1 {
 		t.Errorf("%d calls reached NVML after Close, %d Shutdowns; want none and 1", after-before, len(s.ShutdownCalls()))
 	}
 }
 
 func TestNotSupportedFieldsAreRecorded(t *testing.T) {
-	s := hgx(dgxa100.New())
+	s := nvmltest.HGX(dgxa100.New())
 	d2 := s.Devices[2].(*server.Device)
 	d2.GetNumaNodeIdFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
 	d2.GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
@@ -318,7 +319,7 @@ func TestNotSupportedFieldsAreRecorded(t *testing.T) {
 }
 
 func TestFunctionsTheDriverLacksAreNeverCalled(t *testing.T) {
-	s := hgx(dgxa100.New())
+	s := nvmltest.HGX(dgxa100.New())
 	lacks := map[string]bool{"nvmlDeviceGetNumaNodeId": true, "nvmlDeviceGetProcessUtilization": true, "nvmlSystemGetNVMLVersion": true}
 	s.LookupSymbolFunc = func(name string) error {
 		if lacks[name] {
@@ -351,7 +352,7 @@ func TestFunctionsTheDriverLacksAreNeverCalled(t *testing.T) {
 }
 
 func TestRequiredFunctionMissing(t *testing.T) {
-	s := hgx(dgxa100.New())
+	s := nvmltest.HGX(dgxa100.New())
 	s.LookupSymbolFunc = func(name string) error {
 		if name == "nvmlDeviceGetComputeRunningProcesses" {
 			return errors.New("not found")
@@ -368,7 +369,7 @@ func TestRequiredFunctionMissing(t *testing.T) {
 }
 
 func TestCallErrorsNameTheGPUAndCall(t *testing.T) {
-	s := hgx(dgxa100.New())
+	s := nvmltest.HGX(dgxa100.New())
 	s.Devices[5].(*server.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
 		return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
 	}

@@ -16,7 +16,7 @@ func TestOpenWithoutCgo(t *testing.T) {
 		!strings.Contains(err.Error(), "driver trace") {
 		t.Fatalf("Open: %v, %v; want ErrUnavailable saying the build has no cgo", inv, err)
 	}
-	if a := gpu.Check(nil); a.OK || !strings.Contains(a.Detail, "built without cgo") || a.Fix == "" {
+	if a := gpu.Check(nil, nil); a.OK || !strings.Contains(a.Detail, "built without cgo") || a.Fix == "" {
 		t.Errorf("Check: %+v", a)
 	}
 }

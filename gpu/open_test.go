@@ -46,7 +46,7 @@ func TestOpenTheNodesNVML(t *testing.T) {
 			t.Fatalf("Open: %v; want ErrUnavailable naming libnvidia-ml.so.1 or nvmlInit", err)
 		}
 		t.Logf("no NVML here: %v", err)
-		a := gpu.Check(nil)
+		a := gpu.Check(nil, nil)
 		if a.OK || !strings.HasPrefix(a.Detail, "NVML is not available") || !strings.Contains(a.Fix, "driver trace") {
 			t.Errorf("Check: %+v; want not OK with the reason and the fallback", a)
 		}
@@ -62,14 +62,14 @@ func TestOpenTheNodesNVML(t *testing.T) {
 			t.Errorf("GPU %+v lacks its UUID, memory or bus id", g)
 		}
 	}
-	if a := gpu.Check(nil); !a.OK {
+	if a := gpu.Check(nil, nil); !a.OK {
 		t.Errorf("Check: %+v after Open succeeded", a)
 	}
 	t.Logf("NVML here: %d GPUs", len(gpus))
 }
 
 func TestCheckWithoutTheLibrary(t *testing.T) {
-	a := gpu.Check(&gpu.Options{LibraryPath: "/nonexistent/libnvidia-ml.so.1"})
+	a := gpu.Check(nil, &gpu.Options{LibraryPath: "/nonexistent/libnvidia-ml.so.1"})
 	if a.OK || !strings.HasPrefix(a.Detail, "NVML is not available: /nonexistent/libnvidia-ml.so.1") ||
 		!strings.Contains(a.Fix, "install the NVIDIA driver") || !strings.Contains(a.Fix, "driver trace") {
 		t.Errorf("Check: %+v", a)

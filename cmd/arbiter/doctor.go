@@ -9,14 +9,20 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpu-arbiter/arbiter/gpu"
 	"github.com/gpu-arbiter/arbiter/internal/preflight"
 )
 
-// doctorOptions are the flags of `arbiter doctor`.
+// doctorOptions are the flags of `arbiter doctor`, and the GPU inventory
+// its nvml check opens.
 type doctorOptions struct {
 	format          string
 	root            string
 	allowUnverified bool
+	schema          bool
+	// openNVML is nil (the node's NVML) except in tests, which pass
+	// go-nvml's mock servers.
+	openNVML gpu.Opener
 }
 
 // newDoctorCmd builds `arbiter doctor`.
@@ -48,6 +54,13 @@ Then a summary: the levels observe, timeslice, suspend and gate, each
 supported unless a check it needs failed, which are named. A WARN refuses
 no level.
 
+--format json prints one object: format_version, the checks (name,
+status, detail, fix unless OK, needed_by), the levels (level, supported,
+blocked_by, warnings) and ready (the exit status's verdict).
+format_version changes only when a field is removed or renamed or changes
+its meaning. --schema prints the object's JSON Schema (draft 2020-12),
+which docs/doctor.schema.json also holds.
+
 --root reads the NVIDIA driver's files (/proc/driver/nvidia,
 /sys/module/nvidia), the device nodes (/dev), the processes (/proc) and the
 library directories under another root, e.g. the host's root mounted into
@@ -65,7 +78,8 @@ capture CUDA calls here, or on a usage error.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.format, "format", "text", "output format: text or json (one object: checks, levels, ready)")
+	f.StringVar(&o.format, "format", "text", "output format: text or json (one object: format_version, checks, levels, ready)")
+	f.BoolVar(&o.schema, "schema", false, "print the JSON Schema of --format json and exit, checking nothing")
 	f.StringVar(&o.root, "root", "/", "root under which the driver's files, /dev, /proc and the library directories are read")
 	f.BoolVar(&o.allowUnverified, "allow-unverified-driver", false,
 		"accept a driver newer than the newest verified, as arbiter run and arbiter channels do with this flag")
@@ -77,27 +91,26 @@ func runDoctor(o *doctorOptions, out io.Writer) error {
 	if o.format != "text" && o.format != "json" {
 		return fmt.Errorf("--format %q: want text or json", o.format)
 	}
-	r, err := preflight.Run(&preflight.Options{Root: o.root, AllowUnverifiedDriver: o.allowUnverified})
+	if o.schema {
+		_, err := out.Write(preflight.Schema())
+		return err
+	}
+	r, err := preflight.Run(&preflight.Options{Root: o.root, AllowUnverifiedDriver: o.allowUnverified, OpenNVML: o.openNVML})
 	if err != nil {
 		return fmt.Errorf("--root: %w", err)
 	}
-	observe := r.Level(preflight.Observe)
-	ready := observe.Supported
 	if o.format == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		err = enc.Encode(struct {
-			*preflight.Report
-			Ready bool `json:"ready"`
-		}{r, ready})
+		err = enc.Encode(r.Document())
 	} else {
 		err = writeDoctorText(out, r)
 	}
 	if err != nil {
 		return err
 	}
-	if !ready {
-		return &notReadyError{blockedBy: observe.BlockedBy}
+	if !r.Ready() {
+		return &notReadyError{blockedBy: r.Level(preflight.Observe).BlockedBy}
 	}
 	return nil
 }

@@ -13,5 +13,10 @@
 // conclusive test (each is detached again at once); the checks of files
 // the NVIDIA driver and the libraries provide read them under
 // Options.Root, so that a container can look at its host's filesystem and
-// tests at a fake tree.
+// tests at a fake tree. Options.OpenNVML replaces the node's NVML in the
+// nvml check, so that tests run it against go-nvml's mock servers.
+//
+// Report.Document is the report as `arbiter doctor --format json` prints
+// it, versioned by FormatVersion; Schema is its JSON Schema (draft
+// 2020-12), of which docs/doctor.schema.json is a copy.
 package preflight

@@ -77,8 +77,9 @@ func sameVersion(lib string, v nvrm.DriverVersion) bool {
 
 // checkNVML loads NVML as the GPU inventory does (gpu.Check: loaded,
 // initialized, versions and GPUs read, closed), for the GPUs and topology
-// the policies see. Under another root it loads that root's
-// libnvidia-ml.so.1, found in the standard library directories.
+// the policies see, through Options.OpenNVML where one is given. Under
+// another root it loads that root's libnvidia-ml.so.1, found in the
+// standard library directories.
 func checkNVML(e *env) result {
 	opts := &gpu.Options{}
 	if e.root != "/" {
@@ -96,7 +97,7 @@ func checkNVML(e *env) result {
 				"install the NVIDIA driver's NVML library (it ships with the driver); in a container, include utility in NVIDIA_DRIVER_CAPABILITIES"}
 		}
 	}
-	a := gpu.Check(opts)
+	a := gpu.Check(e.openNVML, opts)
 	if !a.OK {
 		return result{Warn, a.Detail, a.Fix}
 	}

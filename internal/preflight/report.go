@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/gpu-arbiter/arbiter/gpu"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/sched"
 )
@@ -49,7 +50,8 @@ type Check struct {
 	Detail string `json:"detail"`
 	// Fix says what to do; empty when Status is OK.
 	Fix string `json:"fix,omitempty"`
-	// NeededBy are the levels that need what the check looks for.
+	// NeededBy are the levels that need what the check looks for; empty
+	// for a check that informs only (nvml).
 	NeededBy []Level `json:"needed_by"`
 }
 
@@ -98,12 +100,17 @@ type Options struct {
 	// layouts were verified, as arbiter's --allow-unverified-driver does:
 	// the driver check then warns instead of failing.
 	AllowUnverifiedDriver bool
+	// OpenNVML opens the GPU inventory the nvml check reads; nil means
+	// gpu.Open, which loads the node's NVML library. Tests pass one that
+	// hands go-nvml's mock servers to gpu.New.
+	OpenNVML gpu.Opener
 }
 
 // env is what the checks share: the options and facts read once.
 type env struct {
 	root            string
 	allowUnverified bool
+	openNVML        gpu.Opener
 	// have is the process's effective capability set; capsErr says why
 	// it could not be read (then have is empty).
 	have    caps.Set
@@ -171,6 +178,7 @@ func Run(opts *Options) (*Report, error) {
 			e.root = opts.Root
 		}
 		e.allowUnverified = opts.AllowUnverifiedDriver
+		e.openNVML = opts.OpenNVML
 	}
 	abs, err := filepath.Abs(e.root)
 	if err != nil {
@@ -192,7 +200,9 @@ func Run(opts *Options) (*Report, error) {
 		if res.status == OK {
 			res.fix = ""
 		}
-		r.Checks = append(r.Checks, Check{Name: c.name, Status: res.status, Detail: res.detail, Fix: res.fix, NeededBy: slices.Clone(c.neededBy)})
+		// NeededBy is never nil, so that JSON has [] for a check no
+		// level needs, as the schema says.
+		r.Checks = append(r.Checks, Check{Name: c.name, Status: res.status, Detail: res.detail, Fix: res.fix, NeededBy: append([]Level{}, c.neededBy...)})
 	}
 	r.Levels = levelSupport(r.Checks)
 	return r, nil
