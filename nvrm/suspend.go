@@ -18,7 +18,10 @@ const (
 	SuspendAuto SuspendMethod = iota
 	// SuspendSchedule disables each channel group's scheduling
 	// (GPFIFO_SCHEDULE{bEnable=0}) and preempts it (PREEMPT, waiting):
-	// two controls per group. Resume schedules the groups again.
+	// two controls per group. Resume schedules the groups again. For
+	// GPUs without GSP: on an H100 with GSP firmware (driver 580.159.04)
+	// the driver accepted both controls and the group's kernel kept
+	// running (docs/nvrm.md).
 	SuspendSchedule
 	// SuspendDisableChannels lists the groups' channels, up to 64 per
 	// call, in FIFO_DISABLE_CHANNELS on the process's own subdevice: the

@@ -147,7 +147,9 @@ how:
   disable-channels  FIFO_DISABLE_CHANNELS on the process's own subdevice,
                     listing its channels: one driver call per GPU, which
                     preempts them; GSP GPUs only (H100, H200, ...)
-  schedule          GPFIFO_SCHEDULE{0} then PREEMPT (waiting) on each group
+  schedule          GPFIFO_SCHEDULE{0} then PREEMPT (waiting) on each group;
+                    for GPUs without GSP: on an H100 (GSP, driver 580) the
+                    driver accepts both and the work keeps running
   auto              disable-channels where the GPU answers it and every
                     channel was traced, else schedule (the default)
 
