@@ -68,6 +68,10 @@ type Options struct {
 	// Observers see every event the engine applies, in order, on the
 	// engine's goroutine; they must not block.
 	Observers []Observer
+	// Name names a process the trace saw no exec of (it was running
+	// before tracing began), for the table and the classifier; nil or
+	// "" leaves it unnamed.
+	Name func(pid uint32) string
 }
 
 // Observer sees the events the engine applies.

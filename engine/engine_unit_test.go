@@ -294,3 +294,36 @@ func TestVictimsDefaultChoice(t *testing.T) {
 		t.Errorf("rounds %d, stats %+v", rounds, st)
 	}
 }
+
+// TestNamesProcessesRunningBeforeTracing: a process with no exec in the
+// trace is named by Options.Name, and classified by that name; one that
+// exec'd keeps its exec's name.
+func TestNamesProcessesRunningBeforeTracing(t *testing.T) {
+	var asked []uint32
+	name := func(pid uint32) string {
+		asked = append(asked, pid)
+		if pid == 7 {
+			return "infer"
+		}
+		return ""
+	}
+	e, _ := run(t, []trace.Event{
+		exec(0, 8, "train"),
+		launch(1*us, 7),
+		launch(2*us, 8),
+		launch(3*us, 9),
+	}, engine.Options{Name: name})
+	s := e.Snapshot()
+	if p := proc(t, s, 7); p.Comm != "infer" || p.Class != lcPlan.Class {
+		t.Errorf("pid 7 (running before tracing): comm %q class %q, want infer, %s", p.Comm, p.Class, lcPlan.Class)
+	}
+	if p := proc(t, s, 8); p.Comm != "train" {
+		t.Errorf("pid 8 (exec'd): comm %q, want train", p.Comm)
+	}
+	if p := proc(t, s, 9); p.Comm != "" {
+		t.Errorf("pid 9 (no name to be had): comm %q", p.Comm)
+	}
+	if fmt.Sprint(asked) != "[7 9]" {
+		t.Errorf("Name asked for %v, want [7 9] (never for a process that exec'd)", asked)
+	}
+}

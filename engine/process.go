@@ -74,8 +74,11 @@ func (e *Engine) lookup(ev *trace.Event) *proc {
 	}
 	p := e.procs[ev.PID]
 	if p == nil {
-		comm := e.execs[ev.PID]
+		comm, ok := e.execs[ev.PID]
 		delete(e.execs, ev.PID)
+		if !ok && e.opts.Name != nil {
+			comm = e.opts.Name(ev.PID)
+		}
 		p = e.add(ev.PID, comm, ev.Cgroup)
 	}
 	e.last = p

@@ -51,7 +51,9 @@ func newRunCmd() *cobra.Command {
 		Short: "Run the daemon: trace CUDA processes, classify them by policy, enforce their SLOs",
 		Long: `Run the Arbiter daemon on this node: it traces every CUDA process with eBPF,
 classifies each by the policy (the embedded default unless --policy or the
-config file names a directory, which is hot-reloaded on change and on SIGHUP),
+config file names a directory, which is hot-reloaded on change and on SIGHUP,
+or --bundle-url a bundle server, polled, whose bundles apply only once they
+pass their checks and Rego tests),
 and enforces the policy's preemption through the driver's channel control or
 the launch gate. It serves the HTTP API, console and /metrics on --listen and
 on a root-only unix socket that arbiter ps and arbiter status read.
@@ -214,7 +216,12 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	}()
 	// Policy first: a policy that fails its checks keeps the daemon from
 	// starting, before it touches anything.
-	if d.policy, err = openPolicy(ctx, d.cfg.Policy, d.log); err != nil {
+	if d.cfg.BundleURL != "" {
+		d.policy, err = openBundlePolicy(ctx, d.cfg, d.log)
+	} else {
+		d.policy, err = openPolicy(ctx, d.cfg.Policy, d.log)
+	}
+	if err != nil {
 		return err
 	}
 	if err := nvrm.MountBPFFS(d.cfg.BPFFS); err != nil {
@@ -245,6 +252,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		Victims:    d.policy.victims(node.policyNode),
 		IdleGap:    d.requestGap,
 		Feedback:   true,
+		Name:       d.procName,
 	}
 	if d.eng, err = engine.New(src, enf, &opts); err != nil {
 		return err
@@ -331,6 +339,16 @@ func (d *daemon) releaseOtherGates() {
 		ev.Str("pin", g.rec.Pin).Int("format", g.rec.Format).Int("released", len(g.rec.Released)).Bool("unpinned", g.rec.Unpinned).
 			Msg(g.refusal)
 	}
+}
+
+// procName reads the name of a process that was running before the
+// daemon started tracing; "" where it cannot (it exited, say).
+func (d *daemon) procName(pid uint32) string {
+	comm, err := d.proc.Comm(int(pid))
+	if err != nil {
+		return ""
+	}
+	return comm
 }
 
 // keep feeds the driver trace into the registry until ctx ends. The
