@@ -59,12 +59,32 @@ func checkLibcuda(e *env) result {
 		parts = append(parts, fmt.Sprintf("%s (%s; %s)", l.Path, v, l.Source))
 	}
 	detail := fmt.Sprintf("%d found: %s%s", len(libs), strings.Join(parts, ", "), unseen)
+	// A CUDA toolkit's forward-compatibility copy (cuda/compat) is used
+	// only by processes whose library path names it: no fault of the node.
+	var compat []string
+	mismatched = slices.DeleteFunc(mismatched, func(p string) bool {
+		if forwardCompat(p) {
+			compat = append(compat, p)
+			return true
+		}
+		return false
+	})
+	if len(compat) > 0 {
+		detail += fmt.Sprintf("; %s: a CUDA forward-compatibility copy, used only by processes whose library path names it", strings.Join(compat, ", "))
+	}
 	if len(mismatched) > 0 {
 		return result{Warn, fmt.Sprintf("%s; the loaded driver is %s, and CUDA fails to initialize with a libcuda of another version unless it is a forward-compatibility package: %s",
 			detail, driver, strings.Join(mismatched, ", ")),
 			"install the user-space libraries of the loaded driver's version (in containers: the NVIDIA container toolkit mounts the host's)"}
 	}
 	return result{OK, detail, ""}
+}
+
+// forwardCompat reports whether path is in a CUDA toolkit's
+// forward-compatibility directory (/usr/local/cuda-12.4/compat/, ...).
+func forwardCompat(path string) bool {
+	dir := filepath.Dir(path)
+	return filepath.Base(dir) == "compat" && strings.HasPrefix(filepath.Base(filepath.Dir(dir)), "cuda")
 }
 
 // sameVersion reports whether a library's version names the driver

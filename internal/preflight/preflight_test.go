@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpu-arbiter/arbiter/internal/caps"
+	"github.com/gpu-arbiter/arbiter/internal/cudastub"
 	"github.com/gpu-arbiter/arbiter/nvrm"
 )
 
@@ -126,6 +127,52 @@ func TestRunRejectsBadRoot(t *testing.T) {
 	for _, root := range []string{file, filepath.Join(file, "absent")} {
 		if _, err := Run(&Options{Root: root}); err == nil || !strings.Contains(err.Error(), root) {
 			t.Errorf("root %s: %v", root, err)
+		}
+	}
+}
+
+// TestLibcudaForwardCompat: a CUDA toolkit's forward-compatibility copy of
+// another version is named but not a warning; a stray copy of another
+// version elsewhere is.
+func TestLibcudaForwardCompat(t *testing.T) {
+	stub := cudastub.ForTest(t)
+	lib, err := os.ReadFile(stub.Lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	put := func(rel string, b []byte) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("sys/module/nvidia/version", []byte("580.159.04\n"))
+	put("proc/.keep", nil)
+	put("usr/local/nvidia/lib64/libcuda.so.580.159.04", lib)
+	put("usr/local/cuda/compat/libcuda.so.580.95.05", lib)
+	e := &env{root: root}
+	r := checkLibcuda(e)
+	if r.status != OK || !strings.Contains(r.detail, "/usr/local/cuda/compat/libcuda.so.580.95.05: a CUDA forward-compatibility copy") {
+		t.Errorf("forward-compatibility copy: %v %q", r.status, r.detail)
+	}
+	put("usr/lib64/libcuda.so.575.51.03", lib)
+	r = checkLibcuda(e)
+	if r.status != Warn || !strings.Contains(r.detail, "unless it is a forward-compatibility package: "+filepath.Join(root, "usr/lib64/libcuda.so.575.51.03")) {
+		t.Errorf("stray copy of another version: %v %q", r.status, r.detail)
+	}
+	for _, p := range []string{"/usr/local/cuda/compat/libcuda.so.1", "/usr/local/cuda-12.4/compat/libcuda.so"} {
+		if !forwardCompat(p) {
+			t.Errorf("forwardCompat(%s) = false", p)
+		}
+	}
+	for _, p := range []string{"/opt/compat/libcuda.so", "/usr/lib64/libcuda.so.1"} {
+		if forwardCompat(p) {
+			t.Errorf("forwardCompat(%s) = true", p)
 		}
 	}
 }
