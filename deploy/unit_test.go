@@ -24,7 +24,13 @@ type unit map[string]map[string][]string
 
 func readUnit(t *testing.T) unit {
 	t.Helper()
-	b, err := os.ReadFile(unitPath)
+	return readUnitFile(t, unitPath)
+}
+
+// readUnitFile parses the unit file at path.
+func readUnitFile(t *testing.T, path string) unit {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +47,7 @@ func readUnit(t *testing.T) unit {
 		default:
 			k, v, ok := strings.Cut(line, "=")
 			if !ok || section == "" {
-				t.Fatalf("%s:%d: not KEY=VALUE in a section: %q", unitPath, n, line)
+				t.Fatalf("%s:%d: not KEY=VALUE in a section: %q", path, n, line)
 			}
 			u[section][k] = append(u[section][k], v)
 		}
