@@ -34,6 +34,12 @@ func (d *daemon) serveAPI(node *nodeInfo) (*apiServer, error) {
 	for _, g := range node.nvml {
 		wn.GPUs = append(wn.GPUs, web.NodeGPU{Index: g.Index, UUID: g.UUID, Name: g.Name, MemoryBytes: g.MemoryBytes})
 	}
+	if node.nvml == nil {
+		// Without NVML: the driver's device nodes, by index alone.
+		for _, i := range node.devs {
+			wn.GPUs = append(wn.GPUs, web.NodeGPU{Index: i})
+		}
+	}
 	if rep, err := preflight.Run(&preflight.Options{Root: "/", AllowUnverifiedDriver: d.cfg.AllowUnverifiedDriver}); err == nil {
 		for _, l := range rep.Levels {
 			ls := web.LevelSupport{Level: l.Level, Supported: l.Supported}

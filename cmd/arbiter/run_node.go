@@ -3,12 +3,15 @@ package main
 import (
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/gpu-arbiter/arbiter/gpu"
+	"github.com/gpu-arbiter/arbiter/nvrm"
 	"github.com/gpu-arbiter/arbiter/policy"
 )
 
@@ -22,6 +25,40 @@ type nodeInfo struct {
 	enf      *liveEnforcer
 	mu       sync.Mutex
 	seen     []int // GPU indexes the driver trace has shown, without NVML
+	devs     []int // GPU indexes of the driver's device nodes, without NVML
+}
+
+// loadedDriver is the loaded NVIDIA driver's version from its own files,
+// for a node without NVML; "" where no driver is loaded.
+func loadedDriver() string {
+	for _, p := range []string{nvrm.ModuleVersionPath, nvrm.ProcVersionPath} {
+		if b, err := os.ReadFile(p); err == nil {
+			if v, err := nvrm.ParseDriverVersion(string(b)); err == nil {
+				return v.String()
+			}
+		}
+	}
+	return ""
+}
+
+// deviceGPUs lists the GPU indexes of the driver's device nodes in dev
+// (/dev/nvidia0, /dev/nvidia1, ...: the driver's device instances).
+func deviceGPUs(dev string) []int {
+	ents, err := os.ReadDir(dev)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "nvidia")
+		n, err := strconv.Atoi(rest)
+		if !ok || err != nil || e.Type()&os.ModeCharDevice == 0 {
+			continue
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // newNodeInfo reads the inventory once at start: GPUs do not come and go
@@ -32,7 +69,10 @@ func newNodeInfo(log zerolog.Logger, enf *liveEnforcer) *nodeInfo {
 	inv, err := gpu.Open(nil)
 	if err != nil {
 		n.nvmlWhy = err.Error()
-		log.Warn().Err(err).Msg("NVML unavailable: running with the GPUs the driver trace shows")
+		n.driver = loadedDriver()
+		n.devs = deviceGPUs("/dev")
+		log.Warn().Err(err).Str("driver", n.driver).Ints("device_nodes", n.devs).
+			Msg("NVML unavailable: running with the GPUs the driver's device nodes and trace show")
 		return n
 	}
 	defer inv.Close()
@@ -65,7 +105,7 @@ func (n *nodeInfo) policyNode() policy.Node {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, i := range n.seen {
+	for _, i := range n.gpuIndexes() {
 		nd.GPUs = append(nd.GPUs, policy.GPU{Index: i, NUMANode: -1})
 	}
 	return nd
@@ -84,4 +124,17 @@ func (n *nodeInfo) sawGPUs(gpus []int) {
 			slices.Sort(n.seen)
 		}
 	}
+}
+
+// gpuIndexes are the GPUs known without NVML: the device nodes' and the
+// trace's, sorted; n.mu held.
+func (n *nodeInfo) gpuIndexes() []int {
+	out := slices.Clone(n.devs)
+	for _, g := range n.seen {
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
