@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultPath is the configuration file the daemon reads when --config is
@@ -68,7 +69,43 @@ type Config struct {
 	LogFormat string
 	// LogLevel is trace, debug, info, warn or error.
 	LogLevel string
+
+	// BundleURL, when set, is the http(s) URL of a policy bundle on an
+	// OPA-compatible bundle server: the daemon polls it instead of reading
+	// Policy, which must then be empty.
+	BundleURL string
+	// BundlePublicKey is the file of the key every bundle must be signed
+	// with (a PEM public key, or an HMAC secret with an HS* BundleKeyAlg);
+	// empty: signatures are not checked.
+	BundlePublicKey string
+	// BundleKeyAlg is the signature algorithm (RS256, ES256, HS256, ...);
+	// empty: the one the public key implies.
+	BundleKeyAlg string
+	// BundleKeyID is the key id a bundle's signature must name.
+	BundleKeyID string
+	// BundleScope, when set, is the scope a bundle's signature must carry.
+	BundleScope string
+	// BundleTokenFile holds a bearer token for the bundle server, read at
+	// every request.
+	BundleTokenFile string
+	// BundlePoll is the least wait between two polls (up to half again is
+	// added at random).
+	BundlePoll time.Duration
+	// BundleTimeout bounds one request to the bundle server.
+	BundleTimeout time.Duration
+	// BundleMaxBytes bounds a bundle's download.
+	BundleMaxBytes int64
 }
+
+// Defaults of the bundle settings.
+const (
+	DefaultBundleKeyID    = "default"
+	DefaultBundlePoll     = time.Minute
+	DefaultBundleTimeout  = 30 * time.Second
+	DefaultBundleMaxBytes = 16 << 20
+	// MinBundlePoll keeps a fleet from polling its bundle server hard.
+	MinBundlePoll = time.Second
+)
 
 // Default returns the configuration used where neither a file nor a flag
 // says otherwise.
@@ -81,6 +118,11 @@ func Default() Config {
 		BPFFS:     "/sys/fs/bpf/arbiter",
 		LogFormat: "auto",
 		LogLevel:  "info",
+
+		BundleKeyID:    DefaultBundleKeyID,
+		BundlePoll:     DefaultBundlePoll,
+		BundleTimeout:  DefaultBundleTimeout,
+		BundleMaxBytes: DefaultBundleMaxBytes,
 	}
 }
 
@@ -109,9 +151,9 @@ func (s Setting) Get(c *Config) string { return s.get(c) }
 
 // Settings returns every setting, in the order of the shipped file.
 func Settings() []Setting {
-	return []Setting{
+	return append([]Setting{
 		{Key: "policy", path: true,
-			Usage: "directory or bundle of Rego policy files (empty: the embedded default policy)",
+			Usage: "directory or bundle of Rego policy files (empty: the embedded default policy, or the bundle server of --bundle-url)",
 			get:   func(c *Config) string { return c.Policy },
 			set:   func(c *Config, v string) error { c.Policy = v; return checkOptionalPath(v) }},
 		{Key: "listen",
@@ -149,7 +191,7 @@ func Settings() []Setting {
 			Usage: "least severe level logged: " + strings.Join(logLevels, ", "),
 			get:   func(c *Config) string { return c.LogLevel },
 			set:   func(c *Config, v string) error { c.LogLevel = v; return checkOneOf(v, logLevels) }},
-	}
+	}, bundleSettings()...)
 }
 
 // SetFlag applies a flag given on the command line: name is the flag name
@@ -174,8 +216,9 @@ func (c *Config) SetFlag(name, value string) error {
 	return nil
 }
 
-// Validate checks every setting of c and returns all that are wrong, each
-// naming its key, or nil.
+// Validate checks every setting of c, and the settings that only make
+// sense together, and returns all that are wrong, each naming its key, or
+// nil.
 func (c *Config) Validate() error {
 	var errs []error
 	for _, s := range Settings() {
@@ -184,6 +227,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s: %w", s.Key, err))
 		}
 	}
+	errs = append(errs, c.checkBundle()...)
 	return errors.Join(errs...)
 }
 

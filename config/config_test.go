@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDefault(t *testing.T) {
@@ -18,6 +19,11 @@ func TestDefault(t *testing.T) {
 		BPFFS:     "/sys/fs/bpf/arbiter",
 		LogFormat: "auto",
 		LogLevel:  "info",
+
+		BundleKeyID:    "default",
+		BundlePoll:     time.Minute,
+		BundleTimeout:  30 * time.Second,
+		BundleMaxBytes: 16 << 20,
 	}
 	d := Default()
 	if d != want {
@@ -35,6 +41,9 @@ func TestSettingsCoverEveryField(t *testing.T) {
 	values := map[string]string{
 		"policy": "/p", "listen": "10.0.0.1:1", "socket": "/s.sock", "state_dir": "/st",
 		"bpffs": "/b", "allow_unverified_driver": "true", "log_format": "json", "log_level": "debug",
+		"bundle_url": "https://bundles.example.com/a.tar.gz", "bundle_public_key": "/k.pem", "bundle_key_alg": "ES256",
+		"bundle_key_id": "prod", "bundle_scope": "write", "bundle_token_file": "/t", "bundle_poll": "2m0s",
+		"bundle_timeout": "5s", "bundle_max_bytes": "8MiB",
 	}
 	c := Default()
 	for _, s := range Settings() {
@@ -50,7 +59,9 @@ func TestSettingsCoverEveryField(t *testing.T) {
 		}
 	}
 	want := Config{Policy: "/p", Listen: "10.0.0.1:1", Socket: "/s.sock", StateDir: "/st", BPFFS: "/b",
-		AllowUnverifiedDriver: true, LogFormat: "json", LogLevel: "debug"}
+		AllowUnverifiedDriver: true, LogFormat: "json", LogLevel: "debug",
+		BundleURL: "https://bundles.example.com/a.tar.gz", BundlePublicKey: "/k.pem", BundleKeyAlg: "ES256", BundleKeyID: "prod",
+		BundleScope: "write", BundleTokenFile: "/t", BundlePoll: 2 * time.Minute, BundleTimeout: 5 * time.Second, BundleMaxBytes: 8 << 20}
 	if c != want {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
 	}
@@ -74,9 +85,9 @@ log_level: warn
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Policy: "/etc/arbiter/policy.d", Listen: "[::1]:9500", Socket: "/run/arb/a.sock",
-		StateDir: "/srv/arbiter/state", BPFFS: "/sys/fs/bpf/arb", AllowUnverifiedDriver: true,
-		LogFormat: "json", LogLevel: "warn"}
+	want := Default()
+	want.Policy, want.Listen, want.Socket, want.StateDir, want.BPFFS = "/etc/arbiter/policy.d", "[::1]:9500", "/run/arb/a.sock", "/srv/arbiter/state", "/sys/fs/bpf/arb"
+	want.AllowUnverifiedDriver, want.LogFormat, want.LogLevel = true, "json", "warn"
 	if got != want {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}
@@ -283,5 +294,62 @@ func TestShippedFileDocumentsEveryKey(t *testing.T) {
 	want.Policy = "/etc/arbiter/policy.d"
 	if got != want {
 		t.Fatalf("uncommented shipped file = %+v\nwant %+v (a commented default is wrong)", got, want)
+	}
+}
+
+// TestBundleSettings: sizes and durations in their forms, and the bundle
+// settings that only make sense together, each error naming the keys and
+// the fix.
+func TestBundleSettings(t *testing.T) {
+	got, err := Parse("b.yaml", []byte("bundle_url: https://bundles.example.com/arbiter/prod.tar.gz\nbundle_public_key: /etc/arbiter/bundle.pem\n"+
+		"bundle_poll: 90s\nbundle_timeout: 10s\nbundle_max_bytes: 512KiB\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.BundlePoll != 90*time.Second || got.BundleTimeout != 10*time.Second || got.BundleMaxBytes != 512<<10 || got.BundleKeyID != "default" {
+		t.Fatalf("%+v", got)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatalf("valid bundle settings: %v", err)
+	}
+	for _, c := range []struct{ v string }{{"1048576"}, {"1MiB"}, {"2GiB"}, {"3 KiB"}} {
+		if _, err := parseBytes(c.v); err != nil {
+			t.Errorf("%q: %v", c.v, err)
+		}
+	}
+	if formatBytes(1<<20) != "1MiB" || formatBytes(1000) != "1000" {
+		t.Errorf("formatBytes: %s %s", formatBytes(1<<20), formatBytes(1000))
+	}
+	for _, c := range []struct{ file, want string }{
+		{"bundle_url: ftp://x/b.tar.gz\n", "bundle_url: \"ftp://x/b.tar.gz\": want an http:// or https:// URL"},
+		{"bundle_url: https://user:pw@/b\n", "no host"},
+		{"bundle_poll: 10ms\n", `bundle_poll: "10ms" is less than 1s`},
+		{"bundle_poll: often\n", `"often" is not a duration`},
+		{"bundle_max_bytes: 16MB\n", `bundle_max_bytes: "16MB" is not a size`},
+		{"bundle_max_bytes: 0\n", `"0" is not a size`},
+		{"bundle_key_alg: RS1\n", `bundle_key_alg: "RS1" is not one of RS256`},
+		{"bundle_key_id: ''\n", "bundle_key_id: is empty"},
+		{"bundle_public_key: bundle.pem\n", "is a relative path"},
+	} {
+		_, err := Parse("b.yaml", []byte(c.file))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.file, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Policy, c.BundleURL = "/etc/arbiter/policy.d", "https://b/x.tar.gz" },
+			`policy (/etc/arbiter/policy.d) and bundle_url (https://b/x.tar.gz) are both set: the daemon takes its policy from one place; set policy to ""`},
+		{func(c *Config) { c.BundlePublicKey = "/k.pem" }, "bundle_public_key is set but bundle_url is not"},
+		{func(c *Config) { c.BundleTokenFile = "/t" }, "bundle_token_file is set but bundle_url is not"},
+		{func(c *Config) { c.BundleURL, c.BundleKeyAlg = "https://b/x.tar.gz", "HS256" }, "bundle_key_alg and bundle_scope describe the key of bundle_public_key, which is not set"},
+	} {
+		cfg := Default()
+		c.set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", cfg, err, c.want)
+		}
 	}
 }

@@ -146,6 +146,11 @@ func metricFamilies() []metric {
 		{"arbiter_policy_reload_failures_total", "Policies refused (load, check or Rego tests failed) since the daemon started.", noLabels},
 		{"arbiter_policy_last_reload_success", "1 when the latest policy change was applied, 0 when it was refused.", noLabels},
 		{"arbiter_policy_loaded_timestamp_seconds", "When the policy in force was loaded, Unix time.", noLabels},
+		{"arbiter_policy_bundle_info", "Always 1 while the daemon polls a bundle server; where the policy in force came from (bundle, saved, fallback) and its signature (verified, unchecked, unsigned).", []string{"origin", "signature"}},
+		{"arbiter_policy_bundle_fetches_total", "Fetches from the bundle server, by result (activated, not_modified, unchanged, rejected, failed).", []string{"result"}},
+		{"arbiter_policy_bundle_failures_total", "Failed fetches and refused bundles, by reason (connection, timeout, http_status, token, too_large, bundle, signature, policy, tests).", []string{"reason"}},
+		{"arbiter_policy_bundle_last_success_timestamp_seconds", "When the bundle server last answered (a bundle or 304), Unix time.", noLabels},
+		{"arbiter_policy_bundle_consecutive_failures", "Fetches from the bundle server failed in a row.", noLabels},
 		{"arbiter_stream_clients", "Event-stream clients connected.", noLabels},
 		{"arbiter_stream_events_total", "Event-stream writes to clients.", noLabels},
 		{"arbiter_stream_slow_clients_total", "Event-stream clients dropped for falling behind.", noLabels},
@@ -207,6 +212,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge("arbiter_policy_last_reload_success", b2f(ps.LastError == ""))
 		if !ps.LoadedAt.IsZero() {
 			gauge("arbiter_policy_loaded_timestamp_seconds", float64(ps.LoadedAt.UnixNano())/1e9)
+		}
+		if b := ps.Bundle; b != nil {
+			c.bundle(b, gauge, counter)
 		}
 	}
 	gauge("arbiter_stream_clients", float64(s.hub.clients.Load()))
@@ -290,6 +298,22 @@ func (c *collector) histograms() map[string]engine.LatencyHistogram {
 	}
 	c.failed = time.Time{}
 	return m
+}
+
+// bundle exports the bundle server's side of the policy. Its labels are
+// the bounded sets the status keys are drawn from.
+func (c *collector) bundle(b *BundleStatus, gauge gaugeFunc, counter counterFunc) {
+	gauge("arbiter_policy_bundle_info", 1, b.Origin, b.Signature)
+	for result, n := range b.Fetches {
+		counter("arbiter_policy_bundle_fetches_total", n, result)
+	}
+	for reason, n := range b.Failures {
+		counter("arbiter_policy_bundle_failures_total", n, reason)
+	}
+	if !b.LastSuccessAt.IsZero() {
+		gauge("arbiter_policy_bundle_last_success_timestamp_seconds", float64(b.LastSuccessAt.UnixNano())/1e9)
+	}
+	gauge("arbiter_policy_bundle_consecutive_failures", float64(b.ConsecutiveFailures))
 }
 
 func (c *collector) gpus(snap *engine.Snapshot, gauge gaugeFunc) {

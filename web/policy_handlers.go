@@ -200,6 +200,8 @@ func policyError(err error, what string) error {
 		return he
 	case errors.Is(err, ErrUnknownRevision):
 		return errorf(http.StatusNotFound, "%v: GET %s/policy/history lists the revisions kept", err, APIPrefix)
+	case errors.Is(err, ErrPolicyReadOnly):
+		return errorf(http.StatusConflict, "policy %s refused: %v", what, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return errorf(http.StatusGatewayTimeout, "policy %s took longer than %s", what, policyTimeout)
 	}

@@ -47,6 +47,12 @@ type PolicyService interface {
 // service does not keep.
 var ErrUnknownRevision = errors.New("unknown policy revision")
 
+// ErrPolicyReadOnly is the error of an Apply or Rollback where the policy
+// does not come from a directory the daemon may write: the embedded
+// default, or a bundle server. The API answers 409 with the error's text,
+// which says where the policy comes from and how to change it.
+var ErrPolicyReadOnly = errors.New("the policy in force is not managed through the API")
+
 // PolicyFiles are a policy's files by relative path: Rego modules
 // (*.rego, tests included) and data.json / data.yaml.
 type PolicyFiles map[string][]byte
@@ -112,6 +118,47 @@ type PolicyStatus struct {
 	Reloads   int    `json:"reloads"`
 	Rejected  int    `json:"rejected"`
 	Evaluator string `json:"evaluator,omitempty"`
+	// Bundle is the bundle server's side, when the daemon polls one
+	// (--bundle-url); nil otherwise.
+	Bundle *BundleStatus `json:"bundle,omitempty"`
+}
+
+// BundleStatus is how the daemon's polling of its bundle server goes.
+type BundleStatus struct {
+	// URL is the bundle URL, any password in it redacted.
+	URL string `json:"url"`
+	// Origin says where the policy in force came from: "bundle" (fetched
+	// by this run), "saved" (the last good bundle of an earlier run) or
+	// "fallback" (no good bundle yet: the observe-only policy).
+	Origin string `json:"origin"`
+	// Revision, ETag and Signature ("verified", "unchecked", "unsigned")
+	// are those of the bundle in force; ActivatedAt is when it was swapped
+	// in.
+	Revision    string    `json:"revision,omitempty"`
+	ETag        string    `json:"etag,omitempty"`
+	Signature   string    `json:"signature,omitempty"`
+	ActivatedAt time.Time `json:"activated_at,omitzero"`
+	// SignatureRequired: a key is configured and every bundle must be
+	// signed with it.
+	SignatureRequired bool `json:"signature_required"`
+	// LastFetchAt and LastResult are the latest fetch's (activated,
+	// not_modified, unchanged, rejected, failed); LastSuccessAt the latest
+	// the server answered; LastFetchError why fetches fail, while they do.
+	LastFetchAt    time.Time `json:"last_fetch_at,omitzero"`
+	LastResult     string    `json:"last_result,omitempty"`
+	LastSuccessAt  time.Time `json:"last_success_at,omitzero"`
+	LastFetchError string    `json:"last_fetch_error,omitempty"`
+	// LastErrorReason and LastErrorRevision are those of the latest
+	// refused bundle (its error is PolicyStatus.LastError).
+	LastErrorReason     string    `json:"last_error_reason,omitempty"`
+	LastErrorRevision   string    `json:"last_error_revision,omitempty"`
+	ConsecutiveFailures int       `json:"consecutive_failures"`
+	NextFetchAt         time.Time `json:"next_fetch_at,omitzero"`
+	// Fetches counts fetches by result; Failures counts failed fetches
+	// and refused bundles by reason (connection, timeout, http_status,
+	// token, too_large, bundle, signature, policy, tests).
+	Fetches  map[string]uint64 `json:"fetches"`
+	Failures map[string]uint64 `json:"failures"`
 }
 
 // PolicyRevision is one revision the service applied.
@@ -120,7 +167,7 @@ type PolicyRevision struct {
 	AppliedAt time.Time `json:"applied_at"`
 	Files     []string  `json:"files"`
 	// Origin says how it came: "startup", "file" (changed on disk),
-	// "api" or "rollback".
+	// "api", "rollback" or "bundle" (from the bundle server).
 	Origin  string `json:"origin"`
 	Current bool   `json:"current"`
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gpu-arbiter/arbiter/policy"
 	"github.com/gpu-arbiter/arbiter/policy/schema"
+	"github.com/gpu-arbiter/arbiter/rego"
 )
 
 // policyExit is an error that sets the exit status: 1 when a policy is
@@ -26,7 +28,7 @@ func (e *policyExit) Error() string { return e.err.Error() }
 func (e *policyExit) Unwrap() error { return e.err }
 func (e *policyExit) ExitCode() int { return e.code }
 
-// newPolicyCmd builds `arbiter policy`: check, test, eval and schema.
+// newPolicyCmd builds `arbiter policy`: check, test, eval, schema and lib.
 func newPolicyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
@@ -37,7 +39,7 @@ bundle, .tar.gz) with package arbiter defining classify and default_decision
 The helper library (package arbiter.lib) is added unless the policy has its
 own. See docs/policy.md.`,
 	}
-	cmd.AddCommand(newPolicyCheckCmd(), newPolicyTestCmd(), newPolicyEvalCmd(), newPolicySchemaCmd())
+	cmd.AddCommand(newPolicyCheckCmd(), newPolicyTestCmd(), newPolicyEvalCmd(), newPolicySchemaCmd(), newPolicyLibCmd())
 	return cmd
 }
 
@@ -425,6 +427,45 @@ func newPolicySchemaCmd() *cobra.Command {
 				b, err := schema.JSON(n)
 				if err != nil {
 					return &policyExit{2, err}
+				}
+				if _, err := cmd.OutOrStdout().Write(b); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// newPolicyLibCmd is `arbiter policy lib`.
+func newPolicyLibCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "lib",
+		Short: "Print the helper library (package arbiter.lib), for bundles built with opa build",
+		Long: `Print the helper library, package arbiter.lib, that the loader adds to a
+policy without its own. A bundle built with opa build must carry it, since
+opa build compiles the bundle on its own and refuses calls to functions it
+does not have:
+
+  arbiter policy lib > policy/arbiter_lib.rego
+  opa build -b policy --revision "$(git rev-parse --short HEAD)" --signing-key key.pem -o bundle.tar.gz
+
+A policy that carries the library uses its own copy; keep it with the
+version of arbiter the fleet runs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lib := rego.Library()
+			files, err := fs.Glob(lib, "*.rego")
+			if err != nil {
+				return err
+			}
+			for _, f := range files {
+				if strings.HasSuffix(f, "_test.rego") {
+					continue
+				}
+				b, err := fs.ReadFile(lib, f)
+				if err != nil {
+					return err
 				}
 				if _, err := cmd.OutOrStdout().Write(b); err != nil {
 					return err

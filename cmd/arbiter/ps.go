@@ -215,6 +215,23 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
+// writeBundle says where the policy comes from when a bundle server
+// serves it, and how polling it goes.
+func writeBundle(w io.Writer, b *web.BundleStatus) {
+	from := map[string]string{"bundle": "fetched", "saved": "saved by the last run", "fallback": "observe-only until a bundle passes"}[b.Origin]
+	fmt.Fprintf(w, "  bundle %s: %s", printable(b.URL), from)
+	if b.Signature != "" {
+		fmt.Fprintf(w, ", signature %s", b.Signature)
+	}
+	if !b.LastFetchAt.IsZero() {
+		fmt.Fprintf(w, "; last fetch %s ago: %s", time.Since(b.LastFetchAt).Round(time.Second), b.LastResult)
+	}
+	fmt.Fprintln(w)
+	if b.LastFetchError != "" {
+		fmt.Fprintf(w, "  fetches failing (%d in a row): %s\n", b.ConsecutiveFailures, printable(b.LastFetchError))
+	}
+}
+
 func writeStatus(w io.Writer, st web.StatusView) error {
 	ready := "ready"
 	if !st.Ready {
@@ -223,6 +240,9 @@ func writeStatus(w io.Writer, st web.StatusView) error {
 	fmt.Fprintf(w, "arbiter %s on %s: %s, up %s\n", st.Version, printable(st.Node.Hostname), ready, time.Duration(st.UptimeSeconds*1e9).Round(time.Second))
 	if st.Policy != nil {
 		fmt.Fprintf(w, "policy: revision %s (%d files), %d reloads, %d rejected\n", st.Policy.Revision, len(st.Policy.Files), st.Policy.Reloads, st.Policy.Rejected)
+		if b := st.Policy.Bundle; b != nil {
+			writeBundle(w, b)
+		}
 		if st.Policy.LastError != "" {
 			fmt.Fprintf(w, "  last change rejected: %s\n", printable(st.Policy.LastError))
 		}

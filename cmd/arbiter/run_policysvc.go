@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/policy"
+	"github.com/gpu-arbiter/arbiter/policy/fetch"
 	"github.com/gpu-arbiter/arbiter/policy/input"
 	"github.com/gpu-arbiter/arbiter/procfs"
 	"github.com/gpu-arbiter/arbiter/web"
@@ -44,14 +45,32 @@ type revision struct {
 var _ web.PolicyService = (*policyService)(nil)
 
 // errEmbedded refuses changes when the daemon runs the embedded policy.
-var errEmbedded = errors.New("the daemon runs the embedded default policy: start it with --policy DIR (or policy: in the config file) to manage policies through the API")
+var errEmbedded = fmt.Errorf("the daemon runs the embedded default policy: start it with --policy DIR (or policy: in the config file) to manage policies through the API: %w", web.ErrPolicyReadOnly)
+
+// errBundle refuses changes when the policy comes from a bundle server.
+func errBundle(url string) error {
+	return fmt.Errorf("the daemon takes its policy from the bundle server %s (--bundle-url): publish a new bundle there "+
+		"(POST /policy/validate and /policy/dry-run still check one): %w", url, web.ErrPolicyReadOnly)
+}
 
 func newPolicyService(lp *livePolicy, eng func() *engine.Engine, proc *procfs.FS, node func() policy.Node) *policyService {
 	s := &policyService{lp: lp, eng: eng, proc: proc, node: node}
 	files, _ := s.readDir()
 	s.hist = append(s.hist, revision{PolicyRevision: web.PolicyRevision{Revision: lp.current().Revision(), AppliedAt: time.Now().UTC(),
 		Files: sortedNames(files), Origin: "startup"}, files: files})
+	if lp.bundles != nil {
+		lp.onReload(func(string) { s.recordBundle() })
+	}
 	return s
+}
+
+// recordBundle adds the bundle just swapped in to the history; its files
+// are the server's to keep, not the service's.
+func (s *policyService) recordBundle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hist = append(s.hist, revision{PolicyRevision: web.PolicyRevision{Revision: s.lp.current().Revision(), AppliedAt: time.Now().UTC(),
+		Files: s.lp.current().Source().Files(), Origin: "bundle"}})
 }
 
 // Status implements web.PolicyService.
@@ -62,6 +81,9 @@ func (s *policyService) Status() web.PolicyStatus {
 		st.Files = append(st.Files, name)
 	}
 	slices.Sort(st.Files)
+	if s.lp.bundles != nil {
+		return s.bundleStatus(st, pol)
+	}
 	if s.lp.watcher == nil {
 		return st
 	}
@@ -71,6 +93,20 @@ func (s *policyService) Status() web.PolicyStatus {
 	if ws.LastError != "" {
 		st.Diagnostics = []policy.Diagnostic{{Code: policy.CodeLoad, Message: ws.LastError}}
 	}
+	return st
+}
+
+// bundleStatus fills st from the bundle poller.
+func (s *policyService) bundleStatus(st web.PolicyStatus, pol *policy.Policy) web.PolicyStatus {
+	bs := s.lp.bundles.Status()
+	st.LoadedAt = bs.ActivatedAt
+	if bs.Origin == fetch.OriginFallback {
+		st.LoadedAt = s.lp.started
+	}
+	st.LastError, st.LastErrorAt, st.Diagnostics, st.Reloads, st.Rejected = bs.LastError, bs.LastErrorAt, bs.LastErrorDiagnostics, bs.Activations, bs.Rejections
+	ev, _ := pol.Evaluator()
+	st.Evaluator = string(ev)
+	st.Bundle = bundleStatus(bs)
 	return st
 }
 
@@ -144,6 +180,9 @@ func (s *policyService) Rollback(ctx context.Context, rev string) (string, error
 		files = s.hist[i].files
 	}
 	s.mu.Unlock()
+	if s.lp.bundles != nil {
+		return "", errBundle(s.lp.bundles.Status().URL)
+	}
 	if i < 0 || files == nil {
 		return "", fmt.Errorf("%w: %q", web.ErrUnknownRevision, rev)
 	}
@@ -165,7 +204,10 @@ func (s *policyService) History() []web.PolicyRevision {
 }
 
 func (s *policyService) apply(ctx context.Context, files web.PolicyFiles, origin string) (string, error) {
-	if s.lp.watcher == nil {
+	switch {
+	case s.lp.bundles != nil:
+		return "", errBundle(s.lp.bundles.Status().URL)
+	case s.lp.watcher == nil:
 		return "", errEmbedded
 	}
 	if _, err := s.candidate(ctx, files); err != nil {

@@ -103,7 +103,7 @@ func New(ctx context.Context, opts Options) (*Poller, error) {
 	p := &Poller{opts: opts, name: u.Host + u.EscapedPath(), done: make(chan struct{}),
 		client: &client{url: opts.URL, http: hc, tokenFile: opts.TokenFile, timeout: opts.Timeout, maxBytes: opts.MaxBytes, userAgent: opts.UserAgent}}
 	p.status = Status{URL: u.Redacted(), Origin: OriginFallback, SignatureRequired: opts.Verification != nil,
-		Fetches: map[Result]uint64{}, Problems: map[Reason]uint64{}}
+		Fetches: map[Result]uint64{}, Failures: map[Reason]uint64{}}
 	p.cur.Store(opts.Fallback)
 	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	p.restore(ctx)
@@ -216,7 +216,8 @@ func (p *Poller) fetch(ctx context.Context) Event {
 	case src.Revision == st.LastErrorRevision:
 		// The same refused revision again: the same verdict, without
 		// checking it again.
-		ev.Result, ev.Reason, ev.Err = ResultRejected, st.LastErrorReason, errors.New(st.LastError)
+		ev.Result, ev.Reason = ResultRejected, st.LastErrorReason
+		ev.Err = &policy.Error{Source: p.name, Revision: src.Revision, Diagnostics: st.LastErrorDiagnostics}
 		return ev
 	}
 	pol, err := policy.Check(ctx, src, p.opts.Policy)
@@ -253,7 +254,7 @@ func (p *Poller) record(ev Event) Event {
 		ev.Next = pollDelay(p.opts.Poll)
 	}
 	if ev.Reason != "" {
-		st.Problems[ev.Reason]++
+		st.Failures[ev.Reason]++
 	}
 	switch ev.Result {
 	case ResultActivated:
@@ -264,13 +265,14 @@ func (p *Poller) record(ev Event) Event {
 		}
 		st.Revision, st.ETag, st.Signature, st.ActivatedAt = ev.Revision, ev.ETag, ev.Signature, now
 		st.Activations++
-		st.LastError, st.LastErrorAt, st.LastErrorReason, st.LastErrorRevision = "", time.Time{}, "", ""
+		st.clearError()
 	case ResultUnchanged:
 		st.Origin, st.ETag = OriginBundle, ev.ETag
-		st.LastError, st.LastErrorAt, st.LastErrorReason, st.LastErrorRevision = "", time.Time{}, "", ""
+		st.clearError()
 	case ResultRejected:
 		st.Rejections++
 		st.LastError, st.LastErrorAt, st.LastErrorReason, st.LastErrorRevision = ev.Err.Error(), now, ev.Reason, ev.Revision
+		st.LastErrorDiagnostics = policy.Diagnostics(ev.Err)
 		if ev.Saved {
 			st.LastErrorRevision = "" // the server's copy of it may be whole
 		}
@@ -278,6 +280,7 @@ func (p *Poller) record(ev Event) Event {
 	if !ev.Saved {
 		st.NextFetchAt = now.Add(ev.Next)
 	}
+	ev.InForce = p.cur.Load().Revision()
 	return ev
 }
 

@@ -27,7 +27,7 @@ func TestActivatesAndPollsWithETag(t *testing.T) {
 		st.Signature != policy.SignatureUnsigned || st.ETag == "" || st.LastSuccessAt.IsZero() {
 		t.Fatalf("after start: policy %s, status %+v", p.Policy().Revision(), st)
 	}
-	if ev := evs.last(); ev.Result != ResultActivated || ev.Revision != "r1" || ev.Policy == nil {
+	if ev := evs.last(); ev.Result != ResultActivated || ev.Revision != "r1" || ev.Policy == nil || ev.InForce != "r1" {
 		t.Fatalf("event %+v", ev)
 	}
 	p.Poll(context.Background())
@@ -71,7 +71,7 @@ func TestRejectsBundleFailingItsTests(t *testing.T) {
 	srv.set(func(s *bundleServer) { s.body = bad.Build(t) })
 	p.Poll(context.Background())
 	ev := evs.last()
-	if ev.Result != ResultRejected || ev.Reason != ReasonTests || ev.Revision != "r2-bad" || ev.ETag == "" {
+	if ev.Result != ResultRejected || ev.Reason != ReasonTests || ev.Revision != "r2-bad" || ev.ETag == "" || ev.InForce != "r1" {
 		t.Fatalf("event %+v", ev)
 	}
 	var pe *policy.Error
@@ -80,8 +80,11 @@ func TestRejectsBundleFailingItsTests(t *testing.T) {
 		t.Fatalf("error %v", ev.Err)
 	}
 	st := p.Status()
+	if d := st.LastErrorDiagnostics; len(d) != 1 || d[0].Code != policy.CodeTest || d[0].Row != 7 || !strings.HasSuffix(d[0].File, "arbiter/policy_test.rego") {
+		t.Errorf("diagnostics %+v", d)
+	}
 	if p.Policy().Revision() != "r1" || st.Revision != "r1" || st.LastErrorRevision != "r2-bad" || st.LastErrorReason != ReasonTests ||
-		st.Rejections != 1 || st.Problems[ReasonTests] != 1 || !strings.Contains(st.LastError, "test_python_is_latency_critical") {
+		st.Rejections != 1 || st.Failures[ReasonTests] != 1 || !strings.Contains(st.LastError, "test_python_is_latency_critical") {
 		t.Fatalf("policy %s, status %+v", p.Policy().Revision(), st)
 	}
 	p.Poll(context.Background())
@@ -94,8 +97,9 @@ func TestRejectsBundleFailingItsTests(t *testing.T) {
 		s.body = bad.Build(t)
 	})
 	p.Poll(context.Background())
-	if ev := evs.last(); ev.Result != ResultRejected || ev.Reason != ReasonTests || p.Policy().Revision() != "r1" {
-		t.Fatalf("refused revision again: %+v", ev)
+	if ev := evs.last(); ev.Result != ResultRejected || ev.Reason != ReasonTests || p.Policy().Revision() != "r1" ||
+		ev.Err.Error() != st.LastError || len(p.Status().LastErrorDiagnostics) != 1 {
+		t.Fatalf("refused revision again: %+v\nwant the error %s", ev, st.LastError)
 	}
 	srv.set(func(s *bundleServer) { s.body = good("r3").Build(t) })
 	p.Poll(context.Background())
@@ -143,7 +147,7 @@ func TestSignedBundles(t *testing.T) {
 			t.Errorf("%s: event %+v, policy %s", name, ev, p.Policy().Revision())
 		}
 	}
-	if st := p.Status(); st.Problems[ReasonSignature] != 4 || st.Rejections != 4 {
+	if st := p.Status(); st.Failures[ReasonSignature] != 4 || st.Rejections != 4 {
 		t.Errorf("status %+v", st)
 	}
 }
@@ -207,7 +211,7 @@ func TestSlowServerTimesOut(t *testing.T) {
 		t.Errorf("second backoff: %+v", ev)
 	}
 	st := p.Status()
-	if p.Policy().Revision() != "r1" || st.ConsecutiveFailures != 2 || st.LastFetchError == "" || st.Fetches[ResultFailed] != 2 || st.Problems[ReasonTimeout] != 2 {
+	if p.Policy().Revision() != "r1" || st.ConsecutiveFailures != 2 || st.LastFetchError == "" || st.Fetches[ResultFailed] != 2 || st.Failures[ReasonTimeout] != 2 {
 		t.Fatalf("policy %s, status %+v", p.Policy().Revision(), st)
 	}
 	srv.set(func(s *bundleServer) { s.delay = 0 })

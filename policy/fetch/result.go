@@ -103,6 +103,8 @@ type Event struct {
 	Saved bool
 	// Policy is the policy activated (ResultActivated).
 	Policy *policy.Policy
+	// InForce is the revision of the policy in force after this event.
+	InForce string
 	// Failures counts the failed fetches in a row, this one included.
 	Failures int
 	// Next is the wait until the next fetch.
@@ -149,6 +151,9 @@ type Status struct {
 	LastErrorAt       time.Time `json:"last_error_at,omitzero"`
 	LastErrorReason   Reason    `json:"last_error_reason,omitempty"`
 	LastErrorRevision string    `json:"last_error_revision,omitempty"`
+	// LastErrorDiagnostics are the refused policy's problems, each at its
+	// file:row:col where one is known.
+	LastErrorDiagnostics []policy.Diagnostic `json:"last_error_diagnostics,omitempty"`
 	// ConsecutiveFailures counts the failed fetches since the last answer.
 	ConsecutiveFailures int       `json:"consecutive_failures"`
 	NextFetchAt         time.Time `json:"next_fetch_at,omitzero"`
@@ -156,10 +161,16 @@ type Status struct {
 	// since start (a saved bundle restored at start included).
 	Activations int `json:"activations"`
 	Rejections  int `json:"rejections"`
-	// Fetches counts fetches by result; Problems failed fetches and
+	// Fetches counts fetches by result; Failures counts failed fetches and
 	// refused bundles by reason.
 	Fetches  map[Result]uint64 `json:"fetches"`
-	Problems map[Reason]uint64 `json:"problems"`
+	Failures map[Reason]uint64 `json:"failures"`
+}
+
+// clearError forgets the last refused bundle: one passed, or the server
+// serves the revision in force again.
+func (s *Status) clearError() {
+	s.LastError, s.LastErrorAt, s.LastErrorReason, s.LastErrorRevision, s.LastErrorDiagnostics = "", time.Time{}, "", "", nil
 }
 
 // clone is a copy of s that shares no map with it.
@@ -169,9 +180,9 @@ func (s *Status) clone() Status {
 	for k, v := range s.Fetches {
 		c.Fetches[k] = v
 	}
-	c.Problems = make(map[Reason]uint64, len(s.Problems))
-	for k, v := range s.Problems {
-		c.Problems[k] = v
+	c.Failures = make(map[Reason]uint64, len(s.Failures))
+	for k, v := range s.Failures {
+		c.Failures[k] = v
 	}
 	return c
 }
