@@ -120,14 +120,39 @@ func salvageSuspended(b []byte) (recs []SuspendedGroup, lost int) {
 		return nil, -1
 	}
 	for _, raw := range f.Suspended {
-		var s SuspendedGroup
-		if err := json.Unmarshal(raw, &s); err != nil || s.PID == 0 || s.Group.Client == 0 || s.Group.Handle == 0 {
+		s, ok := salvageRecord(raw)
+		if !ok {
 			lost++
 			continue
 		}
 		recs = append(recs, s)
 	}
 	return recs, lost
+}
+
+// salvageRecord decodes one suspension record of an unknown version. A
+// method this build does not know is replaced by the undo its fields
+// allow: a record naming the subdevice that FIFO_DISABLE_CHANNELS went to
+// is resumed by re-enabling the channels there, any other by scheduling
+// the group again.
+func salvageRecord(raw json.RawMessage) (SuspendedGroup, bool) {
+	var s SuspendedGroup
+	if err := json.Unmarshal(raw, &s); err != nil {
+		var fields struct {
+			PID       uint32 `json:"pid"`
+			StartTime uint64 `json:"start_time"`
+			Group     Group  `json:"group"`
+			Subdevice uint32 `json:"subdevice"`
+		}
+		if json.Unmarshal(raw, &fields) != nil {
+			return s, false
+		}
+		s = SuspendedGroup{PID: fields.PID, StartTime: fields.StartTime, Group: fields.Group, Method: SuspendSchedule, Subdevice: fields.Subdevice}
+		if fields.Subdevice != 0 {
+			s.Method = SuspendDisableChannels
+		}
+	}
+	return s, s.PID != 0 && s.Group.Client != 0 && s.Group.Handle != 0
 }
 
 // Refused returns the state files the registry did not read because of

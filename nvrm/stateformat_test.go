@@ -126,6 +126,9 @@ func TestStateUnknownVersion(t *testing.T) {
 		rewrite("suspended.json", func(m map[string]any) {
 			setVersion(m)
 			recs := m["suspended"].([]any)
+			// A method this build does not know, and a record that does
+			// not decode.
+			recs[0].(map[string]any)["method"] = "a later method"
 			m["suspended"] = append(recs, map[string]any{"pid": "not a number"})
 		})
 		r, err := NewRegistry(v1Options(state, ""))
@@ -135,7 +138,8 @@ func TestStateUnknownVersion(t *testing.T) {
 		if r.Len() != 0 {
 			t.Errorf("version %d: the tree was used: %+v", v, r.Processes())
 		}
-		if sus := r.Suspended(); len(sus) != 1 || sus[0].PID != v1PID || sus[0].Group.Handle != rmstandin.GroupGR || sus[0].Group.FD != v1FD {
+		if sus := r.Suspended(); len(sus) != 1 || sus[0].PID != v1PID || sus[0].Group.Handle != rmstandin.GroupGR || sus[0].Group.FD != v1FD ||
+			sus[0].Method != SuspendSchedule {
 			t.Errorf("version %d: suspended %+v, want the record kept", v, sus)
 		}
 		refused := r.Refused()
@@ -158,3 +162,26 @@ func TestStateUnknownVersion(t *testing.T) {
 }
 
 func itoa(v int) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestSalvageRecord: a record of an unknown version with a method this
+// build does not know is resumed as its fields allow; one without a
+// process or group handles is not a record.
+func TestSalvageRecord(t *testing.T) {
+	cases := []struct {
+		raw    string
+		ok     bool
+		method SuspendMethod
+	}{
+		{`{"pid":7,"start_time":9,"group":{"Client":1,"Handle":2},"method":"schedule"}`, true, SuspendSchedule},
+		{`{"pid":7,"start_time":9,"group":{"Client":1,"Handle":2},"method":"a later one"}`, true, SuspendSchedule},
+		{`{"pid":7,"start_time":9,"group":{"Client":1,"Handle":2},"method":"a later one","subdevice":5}`, true, SuspendDisableChannels},
+		{`{"pid":7,"group":{"Client":1}}`, false, 0},
+		{`{"pid":"x"}`, false, 0},
+	}
+	for _, tc := range cases {
+		s, ok := salvageRecord(json.RawMessage(tc.raw))
+		if ok != tc.ok || (ok && (s.Method != tc.method || s.PID != 7 || s.StartTime != 9 || s.Group.Handle != 2)) {
+			t.Errorf("salvageRecord(%s) = %+v, %v; want ok %v, method %v", tc.raw, s, ok, tc.ok, tc.method)
+		}
+	}
+}
