@@ -23,7 +23,7 @@ var (
 	lcPlan = sched.Plan{Class: "latency-critical", Priority: 900, Level: sched.LevelTimeslice, Timeslice: 16 * time.Millisecond,
 		Interleave: sched.InterleaveHigh, PrePreemptionHint: true, LatencyCritical: true, HasSLO: true,
 		LatencyTarget: 100 * time.Millisecond, Percentile: 99, Window: time.Minute, MaxGPUShare: 1}
-	bePlan = sched.Plan{Class: "best-effort", Priority: 100, Level: sched.LevelSuspend, Timeslice: 200 * time.Microsecond,
+	bePlan = sched.Plan{Class: "best-effort", Priority: 100, Level: sched.LevelSuspend, Timeslice: 50 * time.Microsecond,
 		Interleave: sched.InterleaveLow, MaxGPUShare: 1}
 )
 

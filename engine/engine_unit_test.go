@@ -145,7 +145,7 @@ func TestRequestSpansStages(t *testing.T) {
 	if lc.Latency.Requests != 2 || lc.Latency.Max < 1050*time.Microsecond || lc.Latency.Max > 1061*time.Microsecond {
 		t.Errorf("requests %d max %v, want 2 and 1.05ms", lc.Latency.Requests, lc.Latency.Max)
 	}
-	want := []string{"timeslice 20 gpu0 200us", "interleave 20 low", "timeslice 10 gpu0 16000us", "interleave 10 high",
+	want := []string{"timeslice 20 gpu0 50us", "interleave 20 low", "timeslice 10 gpu0 16000us", "interleave 10 high",
 		"suspend 20 gpu0", "resume 20 gpu0", "suspend 20 gpu0", "resume 20 gpu0"}
 	if !slices.Equal(enf.log, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)
@@ -184,7 +184,7 @@ func TestGateWhereChannelsUnknown(t *testing.T) {
 	if err := e.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"timeslice 30 gpu0 200us", "interleave 30 low", "timeslice 10 gpu0 16000us", "interleave 10 high",
+	want := []string{"timeslice 30 gpu0 50us", "interleave 30 low", "timeslice 10 gpu0 16000us", "interleave 10 high",
 		"gate 20", "suspend 30 gpu0", "gate 30", "ungate 20", "ungate 30"}
 	if !slices.Equal(enf.log, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)

@@ -26,7 +26,7 @@ classes := {
 		"priority": 100,
 		"preemption": {
 			"mode": "suspend",
-			"timeslice_us": 200,
+			"timeslice_us": 50,
 			"interleave": "low",
 			"pre_preemption_hint": false,
 		},

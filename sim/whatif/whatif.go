@@ -28,14 +28,13 @@ import (
 var ErrNeedsPolicy = errors.New("baseline arbiter: needs a policy: give the policy directory (arbiter sim --policy DIR)")
 
 // DefaultControlLatency is the closed-loop baselines' driver control
-// latency unless the model sets one: the best figure available for taking
-// a channel group off a GPU, RM PREEMPT measured at ~300–360 µs warm
-// through GSP firmware (RTX 5090, reported by a third party; see the
-// design notes' NVRM.md and docs/simulator.md), plus Arbiter's own side of
-// a suspend, 30–60 µs on the development guest (docs/benchmarks.md,
-// "Driver channel control"). Replace it with a measurement of your GPU
-// (`scripts/gpu-validate-nvrm.sh`).
-const DefaultControlLatency = 350 * time.Microsecond
+// latency unless the model sets one: the best measurement there is of
+// taking a process's channel groups off a GPU, Arbiter's suspend with
+// FIFO_DISABLE_CHANNELS on an H100 (GSP firmware, driver 580.159.04),
+// whose kernel had stopped by the time the call returned: p50 615 µs, p99
+// 815 µs over 100 trials (docs/gpu-validation.md, 2026-11-25). Replace it
+// with a measurement of your GPU (scripts/gpu-validate.sh, section nvrm).
+const DefaultControlLatency = 615 * time.Microsecond
 
 // Process describes a simulated process to a closed-loop controller: what a
 // live engine learns from policy classification and the node inventory.
@@ -177,5 +176,5 @@ func controlLatencySource(cfg *Config) string {
 	if cfg.ControlLatency != nil {
 		return "model.control_latency"
 	}
-	return "default: RM PREEMPT ~300-360µs warm (third-party measurement) + Arbiter's side 30-60µs"
+	return "default: suspend measured on an H100, FIFO_DISABLE_CHANNELS p50 615µs"
 }
