@@ -235,8 +235,9 @@ func rules(t *testing.T) []string {
 }
 
 // TestAlertRules: the rules parse; they alert on both burn rates with
-// both windows each, on the daemon being down, on enforcement failures
-// and on a refused policy; and every metric they select exists.
+// both windows each, on the daemon being down, on enforcement failures,
+// on a refused policy and on a bundle server out of reach or never
+// good; and every metric they select exists.
 func TestAlertRules(t *testing.T) {
 	recorded := rules(t)
 	groups, _ := rulefmt.ParseFile("../deploy/prometheus/arbiter-rules.yaml", false, model.UTF8Validation,
@@ -259,11 +260,13 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	for alert, want := range map[string][]string{
-		"ArbiterSLOBurnRateFast":     {"14.4", "ratio_rate1h", "ratio_rate5m"},
-		"ArbiterSLOBurnRateSlow":     {"6 *", "ratio_rate6h", "ratio_rate30m"},
-		"ArbiterDown":                {"up{"},
-		"ArbiterEnforcementFailing":  {"arbiter_enforcement_failures_total"},
-		"ArbiterPolicyReloadFailing": {"arbiter_policy_last_reload_success"},
+		"ArbiterSLOBurnRateFast":         {"14.4", "ratio_rate1h", "ratio_rate5m"},
+		"ArbiterSLOBurnRateSlow":         {"6 *", "ratio_rate6h", "ratio_rate30m"},
+		"ArbiterDown":                    {"up{"},
+		"ArbiterEnforcementFailing":      {"arbiter_enforcement_failures_total"},
+		"ArbiterPolicyReloadFailing":     {"arbiter_policy_last_reload_success"},
+		"ArbiterPolicyBundleUnreachable": {"arbiter_policy_bundle_consecutive_failures"},
+		"ArbiterPolicyObserveOnly":       {`arbiter_policy_bundle_info{origin="fallback"}`},
 	} {
 		for _, w := range want {
 			if !strings.Contains(alerts[alert], w) {

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-arbiter/arbiter/config"
 )
 
 const (
@@ -365,6 +367,79 @@ func TestRenderCustomValues(t *testing.T) {
 	}
 }
 
+// TestRenderBundle: with a bundle server the daemon's configuration names
+// it and the keys mounted from their Secrets, with no policy directory;
+// the token's Secret is a whole volume, so that a rotation reaches the
+// pod, and the configuration loads as the daemon would load it.
+func TestRenderBundle(t *testing.T) {
+	var vals map[string]any
+	if err := yaml.Unmarshal([]byte(`bundle:
+  url: https://bundles.example.com/arbiter/canary.tar.gz
+  publicKey: {secretName: arbiter-bundle-key, key: bundle.pem}
+  keyAlg: ES256
+  keyID: prod
+  scope: ""
+  token: {secretName: arbiter-bundle-token, key: token}
+  poll: 30s
+  timeout: 10s
+  maxBytes: 8MiB
+`), &vals); err != nil {
+		t.Fatal(err)
+	}
+	l := action.NewLint()
+	l.Strict, l.Namespace, l.KubeVersion = true, namespace, kubeVersion(t)
+	res := l.Run([]string{chartDir}, vals)
+	for _, m := range res.Messages {
+		if m.Severity >= support.WarningSev {
+			t.Errorf("lint: %s", m)
+		}
+	}
+	r := render(t, vals)
+	cms := find[*corev1.ConfigMap](r.objects)
+	for _, cm := range cms {
+		if strings.HasSuffix(cm.Name, "-policy") {
+			t.Errorf("a policy ConfigMap %s beside a bundle server", cm.Name)
+		}
+	}
+	text := configMap(t, cms, "-config").Data["config.yaml"]
+	var conf map[string]any
+	if err := yaml.Unmarshal([]byte(text), &conf); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"policy": "", "bundle_url": "https://bundles.example.com/arbiter/canary.tar.gz",
+		"bundle_public_key": "/etc/arbiter/bundle-key/bundle.pem", "bundle_key_alg": "ES256", "bundle_key_id": "prod",
+		"bundle_token_file": "/etc/arbiter/bundle-token/token", "bundle_poll": "30s", "bundle_timeout": "10s", "bundle_max_bytes": "8MiB"}
+	for k, v := range want {
+		if conf[k] != v {
+			t.Errorf("config.yaml %s = %v, want %v\n%s", k, conf[k], v, text)
+		}
+	}
+	if _, ok := conf["bundle_scope"]; ok {
+		t.Errorf("an empty scope written:\n%s", text)
+	}
+	cfg, err := config.Parse("config.yaml", []byte(text))
+	if err != nil {
+		t.Fatalf("the daemon refuses the chart's config.yaml: %v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("the daemon refuses the chart's config.yaml: %v", err)
+	}
+
+	spec := one[*appsv1.DaemonSet](t, r.objects).Spec.Template.Spec
+	vols, m := volumes(spec), mounts(container(t, spec, "arbiter"))
+	if _, ok := m["policy"]; ok {
+		t.Error("the policy directory is mounted beside a bundle server")
+	}
+	for name, secret := range map[string]string{"bundle-key": "arbiter-bundle-key", "bundle-token": "arbiter-bundle-token"} {
+		if v := vols[name]; v.Secret == nil || v.Secret.SecretName != secret || !m[name].ReadOnly || m[name].SubPath != "" {
+			t.Errorf("volume %s %+v, mount %+v", name, v, m[name])
+		}
+	}
+	if m["bundle-key"].MountPath != "/etc/arbiter/bundle-key" || m["bundle-token"].MountPath != "/etc/arbiter/bundle-token" {
+		t.Errorf("mounts %+v", m)
+	}
+}
+
 // TestBadValuesAreRefused: values the schema or the templates refuse fail
 // with an error that names the value.
 func TestBadValuesAreRefused(t *testing.T) {
@@ -380,6 +455,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"surge", "updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 1, maxSurge: 1}}", "maxSurge"},
 		{"relative state dir", "stateDir: var/lib/arbiter", "stateDir"},
 		{"policy file name", "policies: {\"../x.rego\": \"package x\"}", "../x.rego"},
+		{"bundle URL", "bundle: {url: ftp://b/x.tar.gz, publicKey: {secretName: '', key: k}, keyAlg: '', keyID: default, scope: '', token: {secretName: '', key: t}, poll: 1m, timeout: 30s, maxBytes: 16MiB}", "/bundle/url"},
+		{"bundle settings in config", "config: {bundle_url: https://b/x.tar.gz}", "bundle_url"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

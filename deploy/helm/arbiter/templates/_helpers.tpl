@@ -45,6 +45,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Paths inside the container. */}}
 {{- define "arbiter.configPath" -}}/etc/arbiter/config.yaml{{- end -}}
 {{- define "arbiter.policyDir" -}}/etc/arbiter/policy.d{{- end -}}
+{{- define "arbiter.bundleKeyDir" -}}/etc/arbiter/bundle-key{{- end -}}
+{{- define "arbiter.bundleTokenDir" -}}/etc/arbiter/bundle-token{{- end -}}
 {{- define "arbiter.socketPath" -}}/var/lib/kubelet/pod-resources/kubelet.sock{{- end -}}
 
 {{/*
