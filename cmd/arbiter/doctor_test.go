@@ -322,9 +322,12 @@ func TestDoctorFakeTree(t *testing.T) {
 
 	_, out, _ := doctorRun(t, nil, "--root", root)
 	st, rest := checkLine(t, out, "libcuda")
-	if st != "WARN" || !strings.HasPrefix(rest, "2 found: "+filepath.Join(lib, "libcuda.so.1")+" (550.54.15; directory "+lib+"), "+
-		filepath.Join(compat, "libcuda.so.570.86.15")+" (570.86.15; directory "+compat+")") || !strings.Contains(rest, "; the loaded driver is 550.54.15, ") ||
-		!strings.Contains(rest, "forward-compatibility package: "+filepath.Join(compat, "libcuda.so.570.86.15")+" | fix: ") {
+	// The CUDA toolkit's forward-compatibility copy of another version is
+	// named, not warned about: only processes whose library path names it
+	// load it.
+	if st != "OK" || !strings.HasPrefix(rest, "2 found: "+filepath.Join(lib, "libcuda.so.1")+" (550.54.15; directory "+lib+"), "+
+		filepath.Join(compat, "libcuda.so.570.86.15")+" (570.86.15; directory "+compat+")") ||
+		!strings.HasSuffix(rest, "; "+filepath.Join(compat, "libcuda.so.570.86.15")+": a CUDA forward-compatibility copy, used only by processes whose library path names it") {
 		t.Errorf("libcuda: %s %s", st, rest)
 	}
 	// The tree's NVML is the stub driver under NVML's name: found under
