@@ -2,6 +2,7 @@ package web
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpu-arbiter/arbiter/trace"
 )
 
 // benchLatency runs GET url b.N times over loopback with keep-alive and
@@ -62,23 +65,41 @@ func BenchmarkMetricsScrape(b *testing.B) {
 }
 
 // BenchmarkStreamFanout: 50 stream clients at 10 snapshots a second with
-// 1,000 processes, for b.N seconds; reports the process's CPU time per
-// second (server and the 50 readers together, from getrusage) and the
-// bytes delivered per second.
+// 1,000 processes, for b.N seconds, in each form of the stream (full,
+// delta, and none: no client) and under two loads: a launch of one process every 10 ms
+// ("sparse": about ten processes change per period) and a launch of every
+// process every period ("busy": every process changes). It reports the
+// process's CPU time per second (server and the 50 readers together, from
+// getrusage), the bytes delivered per second, and the mean size of a
+// snapshot or delta event after the first.
 func BenchmarkStreamFanout(b *testing.B) {
-	const clients = 50
-	f := newFixture(b, 1000, Limits{SnapshotInterval: 100 * time.Millisecond, MaxStreams: clients})
+	// "none" has no stream client: the engine's and the server's own
+	// cost, which the forms' figures include.
+	for _, form := range []string{"none", FormFull, FormDelta} {
+		for _, load := range []string{"sparse", "busy"} {
+			b.Run(form+"/"+load, func(b *testing.B) { benchFanout(b, form, load == "busy") })
+		}
+	}
+}
+
+func benchFanout(b *testing.B, form string, busy bool) {
+	const procs = 1000
+	clients := 50
+	if form == "none" {
+		clients = 0
+	}
+	f := newFixture(b, procs, Limits{SnapshotInterval: 100 * time.Millisecond, MaxStreams: clients})
 	ts := httptest.NewServer(f.s.Handler())
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var bytes, events atomic.Int64
+	var total, events, updates, updateBytes atomic.Int64
 	ready := make(chan struct{}, clients)
 	for range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/api/v1/events", nil)
+			req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/api/v1/events?form="+form, nil)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				b.Error(err)
@@ -87,18 +108,35 @@ func BenchmarkStreamFanout(b *testing.B) {
 			defer resp.Body.Close()
 			ready <- struct{}{}
 			br := bufio.NewReaderSize(resp.Body, 1<<20)
+			// update is set while the data of a snapshot or delta event
+			// (not the first) is read.
+			update, first := false, true
 			for {
 				line, err := br.ReadSlice('\n')
 				if err == bufio.ErrBufferFull {
-					bytes.Add(int64(len(line)))
+					total.Add(int64(len(line)))
+					if update {
+						updateBytes.Add(int64(len(line)))
+					}
 					continue
 				}
 				if err != nil {
 					return
 				}
-				bytes.Add(int64(len(line)))
-				if len(line) > 6 && string(line[:6]) == "event:" {
+				total.Add(int64(len(line)))
+				switch {
+				case len(line) == 1:
+					update = false // the blank line that ends an event
+				case bytes.HasPrefix(line, []byte("event:")):
 					events.Add(1)
+					update = bytes.Equal(line, []byte("event: snapshot\n")) || bytes.Equal(line, []byte("event: delta\n"))
+					if update && first {
+						update, first = false, false
+					} else if update {
+						updates.Add(1)
+					}
+				case update:
+					updateBytes.Add(int64(len(line)))
 				}
 			}
 		}()
@@ -109,19 +147,33 @@ func BenchmarkStreamFanout(b *testing.B) {
 	// The engine keeps changing, so that every period has a new snapshot.
 	stop := make(chan struct{})
 	go func() {
+		every := 10 * time.Millisecond
+		if busy {
+			every = 100 * time.Millisecond
+		}
+		all := make([]trace.Event, procs)
+		for i := range all {
+			all[i] = launchEv(uint32(1000 + i))
+		}
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
-			case <-time.After(10 * time.Millisecond):
-				f.eng.src.push(launchEv(uint32(1000 + i%1000)))
+			case <-time.After(every):
+			}
+			if busy {
+				f.eng.src.push(all...)
+			} else {
+				f.eng.src.push(launchEv(uint32(1000 + i%procs)))
 			}
 		}
 	}()
 	var before syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-	bytes.Store(0)
+	total.Store(0)
 	events.Store(0)
+	updates.Store(0)
+	updateBytes.Store(0)
 	b.ResetTimer()
 	start := time.Now()
 	time.Sleep(time.Duration(b.N) * time.Second)
@@ -134,7 +186,12 @@ func BenchmarkStreamFanout(b *testing.B) {
 	wg.Wait()
 	cpu := time.Duration(after.Utime.Nano()-before.Utime.Nano()) + time.Duration(after.Stime.Nano()-before.Stime.Nano())
 	b.ReportMetric(cpu.Seconds()/elapsed.Seconds(), "cpu-s/s")
-	b.ReportMetric(float64(bytes.Load())/elapsed.Seconds()/1e6, "MB/s")
-	b.ReportMetric(float64(events.Load())/elapsed.Seconds()/clients, "events/s/client")
+	b.ReportMetric(float64(total.Load())/elapsed.Seconds()/1e6, "MB/s")
+	if clients > 0 {
+		b.ReportMetric(float64(events.Load())/elapsed.Seconds()/float64(clients), "events/s/client")
+	}
+	if n := updates.Load(); n > 0 {
+		b.ReportMetric(float64(updateBytes.Load())/float64(n)/1e3, "KB/update")
+	}
 	b.ReportMetric(float64(f.s.hub.slow.Load()), "dropped-clients")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,11 +18,23 @@ import (
 // snapshot period, each; the snapshot's totals say how many there were.
 const maxEventsPerTick = 64
 
+// Forms of the event stream (GET /events?form=).
+const (
+	// FormFull sends a whole snapshot at every change.
+	FormFull = "full"
+	// FormDelta sends a whole snapshot once, then deltas.
+	FormDelta = "delta"
+)
+
 // SnapshotEvent is the data of a "snapshot" event: what GET /status and
-// GET /processes would answer at that moment.
+// GET /processes would answer at that moment. In the delta form it also
+// carries the state's sequence number and GET /classes and GET /gpus.
 type SnapshotEvent struct {
+	Seq       uint64        `json:"seq,omitempty"`
 	Status    StatusView    `json:"status"`
 	Processes []ProcessItem `json:"processes"`
+	Classes   []ClassItem   `json:"classes,omitempty"`
+	GPUs      []GPUItem     `json:"gpus,omitempty"`
 }
 
 // hub fans events out to the stream clients. Publishing never blocks: a
@@ -33,27 +46,29 @@ type hub struct {
 	mu      sync.Mutex
 	subs    map[*subscriber]struct{}
 	clients atomic.Int64
+	deltas  atomic.Int64  // clients of the delta form
 	sent    atomic.Uint64 // events written to clients
 	slow    atomic.Uint64 // clients dropped for falling behind
 }
 
 type subscriber struct {
-	ch   chan []byte
-	gone chan struct{} // closed when the hub drops it
+	ch    chan []byte
+	gone  chan struct{} // closed when the hub drops it
+	delta bool          // the client asked for the delta form
 }
 
 func newHub(buf int) *hub { return &hub{buf: buf, subs: map[*subscriber]struct{}{}} }
 
-// join adds a client unless max are connected.
-func (h *hub) join(max int) *subscriber {
+// join adds a client of the full or delta form unless max are connected.
+func (h *hub) join(max int, delta bool) *subscriber {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.subs) >= max {
 		return nil
 	}
-	sub := &subscriber{ch: make(chan []byte, h.buf), gone: make(chan struct{})}
+	sub := &subscriber{ch: make(chan []byte, h.buf), gone: make(chan struct{}), delta: delta}
 	h.subs[sub] = struct{}{}
-	h.clients.Store(int64(len(h.subs)))
+	h.count()
 	return sub
 }
 
@@ -65,16 +80,33 @@ func (h *hub) leave(sub *subscriber) {
 		delete(h.subs, sub)
 		close(sub.gone)
 	}
+	h.count()
+}
+
+// count updates the client counters; h.mu is held.
+func (h *hub) count() {
+	deltas := 0
+	for sub := range h.subs {
+		if sub.delta {
+			deltas++
+		}
+	}
 	h.clients.Store(int64(len(h.subs)))
+	h.deltas.Store(int64(deltas))
 }
 
 func (h *hub) empty() bool { return h.clients.Load() == 0 }
 
-// publish queues msg for every client, dropping those that are full.
-func (h *hub) publish(msg []byte) {
+// publish queues full for every client of the full form and delta for
+// every client of the delta form, dropping those that are full.
+func (h *hub) publish(full, delta []byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for sub := range h.subs {
+		msg := full
+		if sub.delta {
+			msg = delta
+		}
 		select {
 		case sub.ch <- msg:
 		default:
@@ -83,12 +115,13 @@ func (h *hub) publish(msg []byte) {
 			h.slow.Add(1)
 		}
 	}
-	h.clients.Store(int64(len(h.subs)))
+	h.count()
 }
 
-// broadcast publishes a snapshot event at most every SnapshotInterval
-// when the snapshot changed, with the decisions and preemptions recorded
-// since the last one, until Shutdown.
+// broadcast publishes, at most every SnapshotInterval and when the
+// snapshot changed, the decisions and preemptions recorded since the last
+// time and then a snapshot event (full form) or a delta event (delta
+// form), until Shutdown.
 func (s *Server) broadcast() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.lim.SnapshotInterval)
@@ -104,20 +137,50 @@ func (s *Server) broadcast() {
 		if v.snap == last {
 			continue
 		}
-		if s.hub.empty() {
-			last = v.snap
-			continue
-		}
-		var buf bytes.Buffer
-		newEvents(&buf, "decision", v.snap.Decisions, v.snap.DecisionsTotal-last.DecisionsTotal)
-		newEvents(&buf, "preemption", v.snap.Preemptions, v.snap.PreemptionsTotal-last.PreemptionsTotal)
+		var events bytes.Buffer
+		newEvents(&events, "decision", v.snap.Decisions, v.snap.DecisionsTotal-last.DecisionsTotal)
+		newEvents(&events, "preemption", v.snap.Preemptions, v.snap.PreemptionsTotal-last.PreemptionsTotal)
 		last = v.snap
-		if err := s.snapshotEvent(&buf, v); err != nil {
-			s.log.Error().Err(err).Msg("encode snapshot event")
-			continue
+		if err := s.publish(v, events.Bytes()); err != nil {
+			s.log.Error().Err(err).Msg("encode stream events")
 		}
-		s.hub.publish(buf.Bytes())
 	}
+}
+
+// publish sends events and v to the clients, encoding each form only
+// when a client wants it. The delta form's state moves to v under its
+// lock, which joining delta clients take too.
+func (s *Server) publish(v view, events []byte) error {
+	s.deltas.mu.Lock()
+	defer s.deltas.mu.Unlock()
+	if s.hub.deltas.Load() == 0 {
+		s.deltas.base = nil
+	}
+	if s.hub.empty() {
+		return nil
+	}
+	var full, delta []byte
+	if s.hub.clients.Load() > s.hub.deltas.Load() {
+		buf := bytes.NewBuffer(slices.Clip(events))
+		if err := s.snapshotEvent(buf, v); err != nil {
+			return err
+		}
+		full = buf.Bytes()
+	}
+	if s.deltas.base != nil {
+		s.deltas.seq++
+		next, err := s.state(v, s.deltas.seq)
+		if err != nil {
+			return err
+		}
+		buf := bytes.NewBuffer(slices.Clip(events))
+		if err := s.deltas.base.deltaTo(buf, next); err != nil {
+			return err
+		}
+		s.deltas.base, delta = next, buf.Bytes()
+	}
+	s.hub.publish(full, delta)
+	return nil
 }
 
 // newEvents writes the n latest of list as events of kind typ, at most
@@ -131,6 +194,31 @@ func newEvents(buf *bytes.Buffer, typ string, list []engine.Decision, n uint64) 
 		}
 		writeEvent(buf, typ, b)
 	}
+}
+
+// joinDelta adds a client of the delta form and writes its first event,
+// the state the next delta applies to; nil when the streams are at their
+// limit.
+func (s *Server) joinDelta(first *bytes.Buffer) (*subscriber, error) {
+	s.deltas.mu.Lock()
+	defer s.deltas.mu.Unlock()
+	if s.deltas.base == nil {
+		s.deltas.seq++
+		st, err := s.state(s.view(), s.deltas.seq)
+		if err != nil {
+			return nil, err
+		}
+		s.deltas.base = st
+	}
+	ev, err := s.deltas.base.snapshotEvent()
+	if err != nil {
+		return nil, err
+	}
+	sub := s.hub.join(s.lim.MaxStreams, true)
+	if sub != nil {
+		first.Write(ev)
+	}
+	return sub, nil
 }
 
 func (s *Server) snapshotEvent(buf *bytes.Buffer, v view) error {
@@ -156,10 +244,28 @@ func writeEvent(buf *bytes.Buffer, typ string, data []byte) {
 // events and a heartbeat comment, until the client goes, falls behind,
 // or the server shuts down.
 func (s *Server) events(c echo.Context) error {
-	if err := onlyParams(c.QueryParams()); err != nil {
+	q := c.QueryParams()
+	if err := onlyParams(q, "form"); err != nil {
 		return err
 	}
-	sub := s.hub.join(s.lim.MaxStreams)
+	form := q.Get("form")
+	if form != "" && form != FormFull && form != FormDelta {
+		return errorf(http.StatusBadRequest, "form %q: want %s (a whole snapshot at every change, the default) or %s (a whole snapshot once, then what changed)", form, FormFull, FormDelta)
+	}
+	var first bytes.Buffer
+	first.WriteString("retry: 3000\n\n")
+	var sub *subscriber
+	if form == FormDelta {
+		var err error
+		if sub, err = s.joinDelta(&first); err != nil {
+			return err
+		}
+	} else {
+		if err := s.snapshotEvent(&first, s.view()); err != nil {
+			return err
+		}
+		sub = s.hub.join(s.lim.MaxStreams, false)
+	}
 	if sub == nil {
 		return errorf(http.StatusServiceUnavailable, "too many event streams (%d): close one or poll GET %s/status", s.lim.MaxStreams, APIPrefix)
 	}
@@ -170,12 +276,6 @@ func (s *Server) events(c echo.Context) error {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-
-	var first bytes.Buffer
-	first.WriteString("retry: 3000\n\n")
-	if err := s.snapshotEvent(&first, s.view()); err != nil {
-		return nil
-	}
 	write := func(b []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.lim.WriteTimeout))
 		if _, err := w.Write(b); err != nil {

@@ -50,9 +50,11 @@ func readEvents(body *bufio.Reader) <-chan sseEvent {
 	return ch
 }
 
-func openStream(t *testing.T, ctx context.Context, url string) (*http.Response, <-chan sseEvent) {
+// openStream opens the event stream of the server at url; query, if any,
+// starts with "?".
+func openStream(t *testing.T, ctx context.Context, url, query string) (*http.Response, <-chan sseEvent) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/api/v1/events", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/api/v1/events"+query, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +92,7 @@ func TestEventStream(t *testing.T) {
 	defer ts.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	resp, ch := openStream(t, ctx, ts.URL)
+	resp, ch := openStream(t, ctx, ts.URL, "")
 	defer resp.Body.Close()
 
 	first := next(t, ch, "snapshot")
@@ -124,7 +126,7 @@ func TestEventStreamClientsLeave(t *testing.T) {
 	for range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancels = append(cancels, cancel)
-		resp, ch := openStream(t, ctx, ts.URL)
+		resp, ch := openStream(t, ctx, ts.URL, "")
 		defer resp.Body.Close()
 		next(t, ch, "snapshot")
 	}
@@ -140,9 +142,9 @@ func TestEventStreamClientsLeave(t *testing.T) {
 
 	// A client that stops reading: the hub drops it once its queue fills;
 	// a reading client keeps getting snapshots meanwhile.
-	slow := f.s.hub.join(10)
+	slow := f.s.hub.join(10, false)
 	ctx, cancel := context.WithCancel(context.Background())
-	resp, ch := openStream(t, ctx, ts.URL)
+	resp, ch := openStream(t, ctx, ts.URL, "")
 	for i := range 10 {
 		f.eng.src.push(launchEv(uint32(1000 + i)))
 		next(t, ch, "snapshot")
@@ -203,7 +205,7 @@ func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 	go f.s.Serve(l)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	resp, ch := openStream(t, ctx, "http://"+l.Addr().String())
+	resp, ch := openStream(t, ctx, "http://"+l.Addr().String(), "")
 	defer resp.Body.Close()
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {

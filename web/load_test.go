@@ -18,7 +18,8 @@ import (
 )
 
 // TestLoad: 20,000 mixed requests from 50 concurrent clients on
-// loopback, with event-stream clients connecting and vanishing all along:
+// loopback, with event-stream clients of both forms connecting and
+// vanishing all along:
 // no 5xx, no panic, and the goroutine count back to where it was.
 func TestLoad(t *testing.T) {
 	if testing.Short() {
@@ -76,9 +77,10 @@ func TestLoad(t *testing.T) {
 			}
 		}
 	}()
-	// Stream clients connect, read a little, and vanish.
+	// Stream clients of both forms connect, read a little, and vanish.
 	var streams atomic.Int64
-	for range 4 {
+	for w := range 4 {
+		form := []string{"", "?form=delta"}[w%2]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -89,7 +91,7 @@ func TestLoad(t *testing.T) {
 				default:
 				}
 				ctx, cancel := context.WithCancel(context.Background())
-				req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/api/v1/events", nil)
+				req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/api/v1/events"+form, nil)
 				resp, err := client.Do(req)
 				if err == nil {
 					if resp.StatusCode == 200 {
@@ -160,6 +162,9 @@ func TestLoad(t *testing.T) {
 	tr.CloseIdleConnections()
 	ts.CloseClientConnections()
 	waitClients(t, f, 0)
+	if n := f.s.hub.deltas.Load(); n != 0 {
+		t.Errorf("%d delta clients counted with none connected", n)
+	}
 	waitGoroutines(t, base+2)
 }
 

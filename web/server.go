@@ -152,6 +152,7 @@ type Server struct {
 	http    *httpMetrics
 	rates   *rates
 	hub     *hub
+	deltas  deltaStream
 	limiter *rate.Limiter
 
 	mu      sync.Mutex

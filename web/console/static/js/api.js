@@ -68,11 +68,11 @@ export function list(doc, ...keys) {
 
 // Store keeps the latest view of the engine and the decision log, and
 // tells subscribers. Its snapshot is { time, processes, classes, gpus,
-// stats, status }: the stream's snapshot events carry the status and the
-// processes; classes and GPUs come from their endpoints at each event.
-// wall is the browser's clock when the snapshot arrived: the engine's
-// clock (time) is monotonic, so wall-clock times of engine events are
-// wall - (time - event.time).
+// stats, status }. The event stream (its delta form) sends the whole state
+// once and then deltas, which the store applies to its copy; the REST API
+// fills the store before the stream's first event. wall is the browser's
+// clock when the snapshot arrived: the engine's clock (time) is monotonic,
+// so wall-clock times of engine events are wall - (time - event.time).
 export class Store {
   constructor() {
     this.snapshot = null;
@@ -83,6 +83,9 @@ export class Store {
     this.subs = { snapshot: [], decision: [], stream: [] };
     this.seen = new Set();
     this.seq = 0;
+    // The stream's state: its sequence number, the processes by pid, the
+    // classes and GPUs.
+    this.live = null;
   }
 
   on(kind, fn) { this.subs[kind].push(fn); }
@@ -102,34 +105,50 @@ export class Store {
   // the stream comes back).
   async refresh() {
     const seq = ++this.seq;
-    const [status, procs, decisions, preemptions] = await Promise.all(
-      ['/status', '/processes', '/decisions', '/preemptions'].map((p) => get(p)));
+    const [status, procs, decisions, preemptions, classes, gpus] = await Promise.all(
+      ['/status', '/processes', '/decisions', '/preemptions', '/classes', '/gpus'].map((p) => get(p)));
     for (const d of list(decisions, 'decisions')) this.addDecision(d, false);
     this.mergePreemptions(list(preemptions, 'preemptions'));
     if (seq !== this.seq) {
-      this.emit('decision', null); // the stream's snapshot is newer; the log is not
+      this.emit('decision', null); // the stream's state is newer; the log is not
       return;
     }
-    await this.update(status, list(procs, 'processes'), seq);
+    this.update(status, list(procs, 'processes'), list(classes, 'classes'), list(gpus, 'gpus'));
   }
 
-  // streamed takes a snapshot event's data.
+  // streamed takes a snapshot event's data: the stream's whole state.
   streamed(ev) {
-    if (!ev || !ev.status || !Array.isArray(ev.processes)) throw new Error('snapshot event without status and processes');
-    return this.update(ev.status, ev.processes, ++this.seq);
+    if (!ev || !ev.seq || !ev.status || !Array.isArray(ev.processes)) throw new Error('snapshot event without seq, status and processes');
+    this.live = { seq: ev.seq, procs: new Map(ev.processes.map((p) => [p.pid, p])), classes: ev.classes || [], gpus: ev.gpus || [] };
+    this.streamedState(ev.status);
   }
 
-  async update(status, processes, seq) {
-    let classes = this.snapshot ? this.snapshot.classes : [];
-    let gpus = this.snapshot ? this.snapshot.gpus : [];
-    try {
-      const [c, g] = await Promise.all([get('/classes'), get('/gpus')]);
-      classes = list(c, 'classes');
-      gpus = list(g, 'gpus');
-    } catch (e) {
-      console.warn('console:', e.message);
+  // delta applies a delta event's data to the stream's state: the fields
+  // of each process it names replace the store's, new processes come
+  // whole, removed ones go. A delta that does not follow the state held
+  // is refused (the stream then starts again from a snapshot).
+  delta(ev) {
+    const live = this.live;
+    if (!live) throw new Error('delta event before the snapshot event');
+    if (!ev || ev.seq !== live.seq + 1 || !ev.status) throw new Error(`delta event ${ev && ev.seq} does not follow state ${live.seq}`);
+    for (const p of ev.processes || []) {
+      const old = live.procs.get(p.pid);
+      live.procs.set(p.pid, old ? { ...old, ...p } : p);
     }
-    if (seq !== this.seq) return; // a newer snapshot is on its way
+    for (const pid of ev.removed || []) live.procs.delete(pid);
+    if (ev.classes) live.classes = ev.classes;
+    if (ev.gpus) live.gpus = ev.gpus;
+    live.seq = ev.seq;
+    this.streamedState(ev.status);
+  }
+
+  streamedState(status) {
+    ++this.seq; // a REST refresh still in flight is older
+    const procs = [...this.live.procs.values()].sort((a, b) => a.pid - b.pid);
+    this.update(status, procs, this.live.classes, this.live.gpus);
+  }
+
+  update(status, processes, classes, gpus) {
     this.status = status;
     this.snapshot = { time: status.engine_time ?? 0, processes, classes, gpus, stats: status.engine || {}, status };
     this.wall = Date.now();
@@ -182,7 +201,7 @@ export class Stream {
     clearTimeout(this.timer);
     this.timer = 0;
     if (this.es) this.es.close();
-    const es = new EventSource(`${base}/events`);
+    const es = new EventSource(`${base}/events?form=delta`);
     this.es = es;
     es.addEventListener('open', () => {
       this.attempt = 0;
@@ -190,6 +209,15 @@ export class Stream {
     });
     es.addEventListener('snapshot', (ev) => {
       try { this.store.streamed(JSON.parse(ev.data)); } catch (e) { console.warn('console: bad snapshot event:', e.message); }
+    });
+    es.addEventListener('delta', (ev) => {
+      try {
+        this.store.delta(JSON.parse(ev.data));
+      } catch (e) {
+        // Start again from a whole snapshot rather than show a wrong state.
+        console.warn('console: bad delta event, reconnecting:', e.message);
+        if (this.es === es) this.open();
+      }
     });
     es.addEventListener('preemption', (ev) => {
       try { this.store.addPreemption(JSON.parse(ev.data)); } catch (e) { console.warn('console: bad preemption event:', e.message); }
