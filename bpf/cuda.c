@@ -126,6 +126,12 @@ enum {
 
 // Set by the loader before load (spec.Variables).
 const volatile __u8 filter_mode = FILTER_ALL;
+// The uprobe programs' own filter mode: FILTER_ALL where the kernel already
+// runs them only in the listed processes (the probes are attached per
+// process: a PID list without cgroups), so that they do not look up again
+// what the kernel has checked; filter_mode otherwise. The exec and exit
+// tracepoints always follow filter_mode.
+const volatile __u8 uprobe_filter_mode = FILTER_ALL;
 // The reader is woken only when more than this many bytes wait in the ring;
 // below it, records are submitted with BPF_RB_NO_WAKEUP and the reader finds
 // them when its poll deadline expires. 0 wakes on every record.
@@ -159,9 +165,10 @@ struct {
 	__type(value, __u8);
 } filter_cgroups SEC(".maps");
 
-// A synchronizer's entry, kept in its thread's task storage until the
-// return probe fires. active is cleared at the return, so a return without a
-// recorded entry (probes attached mid-call) reports nothing.
+// A synchronizer's entry, kept from its entry probe until its return probe
+// (the same thread), which emits the event. active is cleared at the
+// return, so that a return without a recorded entry (probes attached
+// mid-call) reports nothing.
 struct sync_entry {
 	__u64 time;
 	__u64 handle;
@@ -170,12 +177,38 @@ struct sync_entry {
 	__u8 active;
 };
 
-// Task-local storage (open to uprobe programs on every kernel Arbiter
-// supports, 5.15+, as the BPF cookies are): the entry and return of a
-// call run in the same thread, so the slot is that thread's own. A hash keyed
-// by thread id cost a hash and an LRU update at each end (1.11-1.17x the
-// empty entry+return pair); the storage is one pointer away from the task
-// and is freed with the thread, so nothing ages out or leaks.
+// The entry is kept in a slot of a plain array, chosen by thread id: the
+// lookup is a few instructions the verifier inlines, where a hash keyed by
+// thread cost a hash and an LRU update at each end and task-local storage
+// a helper call with its locking at each end (together 1.3x the empty
+// entry+return pair on cheap traps, see docs/benchmarks.md). A thread
+// claims the slot with a compare-and-swap of owner (its pid_tgid; 0 when
+// free) and frees it at its return. Where another thread in a call holds
+// the slot (thread ids equal modulo the slot count), the entry goes to the
+// thread's task-local storage instead (5.11+). Slots are one cache line
+// each, so threads on different CPUs never share one. A thread that exits
+// inside a call frees its slot in sched_exit.
+struct sync_slot {
+	__u64 owner;
+	struct sync_entry e;
+	__u8 pad[24];
+};
+
+// The slot count is a power of two (the loader may shrink it, with
+// sync_slot_mask, to make collisions certain in a test).
+#define SYNC_SLOTS 8192
+const volatile __u32 sync_slot_mask = SYNC_SLOTS - 1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SYNC_SLOTS);
+	__type(key, __u32);
+	__type(value, struct sync_slot);
+} sync_slots SEC(".maps");
+
+// Where another thread holds a thread's slot, the entry goes to the
+// thread's own task-local storage, freed with the thread, so nothing ages
+// out or leaks.
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -223,11 +256,11 @@ struct {
 // probe-cost benchmark's baseline); the verifier then drops its code.
 const volatile __u8 gate_enabled = 1;
 
-// traced_tgid is traced for a probe that needs no cgroup id of its own:
+// traced_tgid is traced for a uprobe that needs no cgroup id of its own:
 // the id is fetched only when the process is not listed by tgid.
 static __always_inline int traced_tgid(__u32 tgid)
 {
-	if (filter_mode == FILTER_ALL)
+	if (uprobe_filter_mode == FILTER_ALL)
 		return 1;
 	if (bpf_map_lookup_elem(&filter_tgids, &tgid))
 		return 1;
@@ -235,15 +268,24 @@ static __always_inline int traced_tgid(__u32 tgid)
 	return bpf_map_lookup_elem(&filter_cgroups, &cgroup) != 0;
 }
 
-static __always_inline int traced(__u32 tgid, __u64 cgroup)
+// listed is whether a process is in the filter maps.
+static __always_inline int listed(__u32 tgid, __u64 cgroup)
 {
-	if (filter_mode == FILTER_ALL)
-		return 1;
 	if (bpf_map_lookup_elem(&filter_tgids, &tgid))
 		return 1;
-	if (bpf_map_lookup_elem(&filter_cgroups, &cgroup))
-		return 1;
-	return 0;
+	return bpf_map_lookup_elem(&filter_cgroups, &cgroup) != 0;
+}
+
+// traced is the exec and exit tracepoints' filter.
+static __always_inline int traced(__u32 tgid, __u64 cgroup)
+{
+	return filter_mode == FILTER_ALL || listed(tgid, cgroup);
+}
+
+// uprobe_traced is the uprobe programs' filter.
+static __always_inline int uprobe_traced(__u32 tgid, __u64 cgroup)
+{
+	return uprobe_filter_mode == FILTER_ALL || listed(tgid, cgroup);
 }
 
 static __always_inline void count_drop(void)
@@ -356,7 +398,7 @@ static __always_inline int uprobe_launch_body(struct regs *r)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	gate(pid_tgid >> 32);
 	__u64 cgroup = bpf_get_current_cgroup_id();
-	if (!traced(pid_tgid >> 32, cgroup))
+	if (!uprobe_traced(pid_tgid >> 32, cgroup))
 		return 0;
 	__u64 time = bpf_ktime_get_ns();
 	struct event *e = reserve(pid_tgid, cgroup, KIND_LAUNCH, bpf_get_attach_cookie(r));
@@ -393,7 +435,7 @@ static __always_inline int uprobe_launch_ex_body(struct regs *r)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	gate(pid_tgid >> 32);
 	__u64 cgroup = bpf_get_current_cgroup_id();
-	if (!traced(pid_tgid >> 32, cgroup))
+	if (!uprobe_traced(pid_tgid >> 32, cgroup))
 		return 0;
 	__u64 time = bpf_ktime_get_ns();
 	struct event *e = reserve(pid_tgid, cgroup, KIND_LAUNCH, bpf_get_attach_cookie(r));
@@ -421,7 +463,7 @@ static __always_inline int uprobe_args_body(struct regs *r)
 	if ((__u8)(cookie >> 8) == KIND_LAUNCH)
 		gate(pid_tgid >> 32);
 	__u64 cgroup = bpf_get_current_cgroup_id();
-	if (!traced(pid_tgid >> 32, cgroup))
+	if (!uprobe_traced(pid_tgid >> 32, cgroup))
 		return 0;
 	__u64 time = bpf_ktime_get_ns();
 	struct event *e = reserve(pid_tgid, cgroup, (__u8)(cookie >> 8), cookie);
@@ -444,10 +486,14 @@ static __always_inline int uprobe_sync_body(struct regs *r)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!traced_tgid(pid_tgid >> 32))
 		return 0;
-	// The time first: a thread's first sync allocates its slot.
 	__u64 time = bpf_ktime_get_ns();
-	struct sync_entry *s = bpf_task_storage_get(&sync_entries, bpf_get_current_task_btf(), 0,
-						    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct sync_entry *s;
+	__u32 key = (__u32)pid_tgid & sync_slot_mask;
+	struct sync_slot *slot = bpf_map_lookup_elem(&sync_slots, &key);
+	if (slot && (slot->owner == pid_tgid || __sync_val_compare_and_swap(&slot->owner, 0, pid_tgid) == 0))
+		s = &slot->e;
+	else
+		s = bpf_task_storage_get(&sync_entries, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!s) {
 		count_drop();
 		return 0;
@@ -465,11 +511,19 @@ PROGRAMS("uprobe", uprobe_sync)
 static __always_inline int uretprobe_sync_body(struct regs *r)
 {
 	__u64 now = bpf_ktime_get_ns();
-	struct sync_entry *s = bpf_task_storage_get(&sync_entries, bpf_get_current_task_btf(), 0, 0);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 key = (__u32)pid_tgid & sync_slot_mask;
+	struct sync_slot *slot = bpf_map_lookup_elem(&sync_slots, &key);
+	struct sync_entry *s;
+	if (slot && slot->owner == pid_tgid)
+		s = &slot->e;
+	else {
+		slot = 0;
+		s = bpf_task_storage_get(&sync_entries, bpf_get_current_task_btf(), 0, 0);
+	}
 	if (!s || !s->active)
 		return 0;
 	s->active = 0;
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct event *e = reserve(pid_tgid, bpf_get_current_cgroup_id(), KIND_SYNC, s->func);
 	if (e) {
 		e->time = s->time;
@@ -477,8 +531,13 @@ static __always_inline int uretprobe_sync_body(struct regs *r)
 		e->args[1] = s->other;
 		e->args[2] = now - s->time;
 		e->result = (__s32)RET(r);
-		submit(e);
 	}
+	// The slot is free once read: an exchange, not a plain store, so that
+	// no weakly ordered CPU lets another thread's claim overtake the reads.
+	if (slot)
+		__sync_lock_test_and_set(&slot->owner, 0);
+	if (e)
+		submit(e);
 	return 0;
 }
 
@@ -539,6 +598,13 @@ SEC("raw_tracepoint/sched_process_exit")
 int sched_exit(void *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	// A thread that exits inside a synchronizer (a process killed while it
+	// waits for the GPU) never returns from it: free its sync slot, so
+	// that the thread id's next user finds it free.
+	__u32 key = (__u32)pid_tgid & sync_slot_mask;
+	struct sync_slot *slot = bpf_map_lookup_elem(&sync_slots, &key);
+	if (slot && slot->owner == pid_tgid)
+		__sync_val_compare_and_swap(&slot->owner, pid_tgid, 0);
 	__u64 cgroup = bpf_get_current_cgroup_id();
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	// One event per process: when its last thread exits.

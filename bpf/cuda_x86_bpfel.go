@@ -44,6 +44,13 @@ type CudaSyncEntry struct {
 	_      [6]byte
 }
 
+type CudaSyncSlot struct {
+	_     structs.HostLayout
+	Owner uint64
+	E     CudaSyncEntry
+	Pad   [24]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -55,6 +62,7 @@ const (
 	CudaMapGateSignals          = "gate_signals"
 	CudaMapLaunchGate           = "launch_gate"
 	CudaMapSyncEntries          = "sync_entries"
+	CudaMapSyncSlots            = "sync_slots"
 	CudaProgSchedExec           = "sched_exec"
 	CudaProgSchedExit           = "sched_exit"
 	CudaProgUprobeArgs          = "uprobe_args"
@@ -73,8 +81,10 @@ const (
 	CudaProgUretprobeSyncMulti  = "uretprobe_sync_multi"
 	CudaVarFilterMode           = "filter_mode"
 	CudaVarGateEnabled          = "gate_enabled"
+	CudaVarSyncSlotMask         = "sync_slot_mask"
 	CudaVarUnusedEvent          = "unused_event"
 	CudaVarUnusedGateEntry      = "unused_gate_entry"
+	CudaVarUprobeFilterMode     = "uprobe_filter_mode"
 	CudaVarWakeupBytes          = "wakeup_bytes"
 )
 
@@ -149,17 +159,20 @@ type CudaMapSpecs struct {
 	GateSignals   *ebpf.MapSpec `ebpf:"gate_signals"`
 	LaunchGate    *ebpf.MapSpec `ebpf:"launch_gate"`
 	SyncEntries   *ebpf.MapSpec `ebpf:"sync_entries"`
+	SyncSlots     *ebpf.MapSpec `ebpf:"sync_slots"`
 }
 
 // CudaVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CudaVariableSpecs struct {
-	FilterMode      *ebpf.VariableSpec `ebpf:"filter_mode"`
-	GateEnabled     *ebpf.VariableSpec `ebpf:"gate_enabled"`
-	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedGateEntry *ebpf.VariableSpec `ebpf:"unused_gate_entry"`
-	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	FilterMode       *ebpf.VariableSpec `ebpf:"filter_mode"`
+	GateEnabled      *ebpf.VariableSpec `ebpf:"gate_enabled"`
+	SyncSlotMask     *ebpf.VariableSpec `ebpf:"sync_slot_mask"`
+	UnusedEvent      *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedGateEntry  *ebpf.VariableSpec `ebpf:"unused_gate_entry"`
+	UprobeFilterMode *ebpf.VariableSpec `ebpf:"uprobe_filter_mode"`
+	WakeupBytes      *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // CudaObjects contains all objects after they have been loaded into the kernel.
@@ -189,6 +202,7 @@ type CudaMaps struct {
 	GateSignals   *ebpf.Map `ebpf:"gate_signals"`
 	LaunchGate    *ebpf.Map `ebpf:"launch_gate"`
 	SyncEntries   *ebpf.Map `ebpf:"sync_entries"`
+	SyncSlots     *ebpf.Map `ebpf:"sync_slots"`
 }
 
 func (m *CudaMaps) Close() error {
@@ -200,6 +214,7 @@ func (m *CudaMaps) Close() error {
 		m.GateSignals,
 		m.LaunchGate,
 		m.SyncEntries,
+		m.SyncSlots,
 	)
 }
 
@@ -207,11 +222,13 @@ func (m *CudaMaps) Close() error {
 //
 // It can be passed to LoadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CudaVariables struct {
-	FilterMode      *ebpf.Variable `ebpf:"filter_mode"`
-	GateEnabled     *ebpf.Variable `ebpf:"gate_enabled"`
-	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
-	UnusedGateEntry *ebpf.Variable `ebpf:"unused_gate_entry"`
-	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
+	FilterMode       *ebpf.Variable `ebpf:"filter_mode"`
+	GateEnabled      *ebpf.Variable `ebpf:"gate_enabled"`
+	SyncSlotMask     *ebpf.Variable `ebpf:"sync_slot_mask"`
+	UnusedEvent      *ebpf.Variable `ebpf:"unused_event"`
+	UnusedGateEntry  *ebpf.Variable `ebpf:"unused_gate_entry"`
+	UprobeFilterMode *ebpf.Variable `ebpf:"uprobe_filter_mode"`
+	WakeupBytes      *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // CudaPrograms contains all programs after they have been loaded into the kernel.

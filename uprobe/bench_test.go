@@ -84,9 +84,9 @@ func BenchmarkProbeCost(b *testing.B) {
 		wait()
 		return launch, syncNs
 	}
-	// Configurations are measured in interleaved rounds, so that load from
+	// Configurations are measured in five interleaved rounds, so that load from
 	// other work on the machine hits all alike, and each takes its best.
-	const rounds = 3
+	const rounds = 5
 	type config struct {
 		mode              probeMode
 		probed, wakeEvery bool

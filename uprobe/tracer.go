@@ -82,6 +82,9 @@ type Options struct {
 	// noGate leaves the gate out of the launch probes (the benchmark of
 	// its cost).
 	noGate bool
+	// syncSlots, a power of two, replaces the number of per-thread sync
+	// slots (bpf/cuda.c) so that a test can make threads share one.
+	syncSlots int
 }
 
 // withDefaults returns a copy of o (nil allowed) with defaults filled in.
@@ -218,6 +221,12 @@ func Open(opts *Options) (*Tracer, error) {
 	if len(o.PIDs) > 0 || len(o.Cgroups) > 0 {
 		mode = bpf.FilterListed
 	}
+	// With a PID list alone the probes are attached per process (see
+	// plan): the kernel runs them only there, and they need not check.
+	uprobeMode := mode
+	if len(o.Cgroups) == 0 {
+		uprobeMode = bpf.FilterAll
+	}
 	wake := uint64(0)
 	if o.WakeupBytes > 0 {
 		wake = uint64(o.WakeupBytes)
@@ -225,8 +234,17 @@ func Open(opts *Options) (*Tracer, error) {
 	if err := spec.Variables[bpf.CudaVarFilterMode].Set(mode); err != nil {
 		return nil, fmt.Errorf("set filter mode: %w", err)
 	}
+	if err := spec.Variables[bpf.CudaVarUprobeFilterMode].Set(uprobeMode); err != nil {
+		return nil, fmt.Errorf("set uprobe filter mode: %w", err)
+	}
 	if err := spec.Variables[bpf.CudaVarWakeupBytes].Set(wake); err != nil {
 		return nil, fmt.Errorf("set wakeup threshold: %w", err)
+	}
+	if n := o.syncSlots; n > 0 {
+		spec.Maps[bpf.CudaMapSyncSlots].MaxEntries = uint32(n)
+		if err := spec.Variables[bpf.CudaVarSyncSlotMask].Set(uint32(n - 1)); err != nil {
+			return nil, fmt.Errorf("set sync slot count: %w", err)
+		}
 	}
 	if err := spec.Variables[bpf.CudaVarGateEnabled].Set(!o.noGate); err != nil {
 		return nil, fmt.Errorf("set gate mode: %w", err)

@@ -15,6 +15,11 @@
  *                         "calls N" runs the calls mode; "quit" exits
  *   exercise oldsync      calls cuStreamSynchronize@LIBCUDA_1.0 (the hidden
  *                         older version) 10 times, then the default once
+ *   exercise threads T N US
+ *                         T threads at once, each with a stream of its
+ *                         own: N times a launch of US µs emulated kernel
+ *                         time and a cuStreamSynchronize waiting for it;
+ *                         each thread first prints "tid=TID stream=S"
  *
  * With EXERCISE_WAIT set, it first reads one line from stdin, so that a
  * test can start it before attaching the probes and let it go after.
@@ -23,11 +28,13 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cudastub/cuda.h>
 
@@ -206,6 +213,60 @@ static void oldsync(void)
 	cuStreamSynchronize((CUstream)0x2e40);
 }
 
+/* threads mode: one thread's work. */
+struct worker {
+	pthread_t thread;
+	uint64_t n, ns;
+};
+
+static pthread_mutex_t print_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_barrier_t start_line;
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	CUdevice dev;
+	CUcontext ctx;
+	CUmodule mod;
+	CUfunction fn;
+	CUstream s;
+	check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+	check(cuCtxCreate_v2(&ctx, 0, dev), "cuCtxCreate");
+	check(cuModuleLoadData(&mod, "stub"), "cuModuleLoadData");
+	check(cuModuleGetFunction(&fn, mod, "kernel"), "cuModuleGetFunction");
+	check(cuStreamCreate(&s, 0), "cuStreamCreate");
+	pthread_mutex_lock(&print_mu);
+	printf("tid=%ld stream=%llu\n", (long)gettid(), (unsigned long long)(uintptr_t)s);
+	fflush(stdout);
+	pthread_mutex_unlock(&print_mu);
+	pthread_barrier_wait(&start_line);
+	void *params[] = { &w->ns };
+	for (uint64_t i = 0; i < w->n; i++) {
+		check(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), "cuLaunchKernel");
+		check(cuStreamSynchronize(s), "cuStreamSynchronize");
+	}
+	return NULL;
+}
+
+static void threads_mode(unsigned t, uint64_t n, uint64_t us)
+{
+	struct worker w[64];
+	if (t < 1 || t > 64) {
+		fprintf(stderr, "exercise: threads: 1 to 64\n");
+		exit(2);
+	}
+	check(cuInit(0), "cuInit");
+	pthread_barrier_init(&start_line, NULL, t);
+	for (unsigned i = 0; i < t; i++) {
+		w[i].n = n;
+		w[i].ns = us * 1000;
+		if (pthread_create(&w[i].thread, NULL, work, &w[i]) != 0)
+			exit(1);
+	}
+	for (unsigned i = 0; i < t; i++)
+		pthread_join(w[i].thread, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	if (getenv("EXERCISE_WAIT") != NULL) {
@@ -221,8 +282,10 @@ int main(int argc, char **argv)
 		serve();
 	else if (argc == 2 && strcmp(argv[1], "oldsync") == 0)
 		oldsync();
+	else if (argc == 5 && strcmp(argv[1], "threads") == 0)
+		threads_mode((unsigned)strtoul(argv[2], NULL, 10), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
 	else {
-		fprintf(stderr, "usage: exercise calls N | sync US | serve | oldsync\n");
+		fprintf(stderr, "usage: exercise calls N | sync US | serve | oldsync | threads T N US\n");
 		return 2;
 	}
 	return 0;
