@@ -243,7 +243,7 @@ func (g *gpu) plan(now uint64) {
 	t := now + p.runLeft
 	g.contended = false
 	if g.drain {
-		t = min(now+p.head().toKernelEnd(), g.drainEnd)
+		t = min(now+g.toKernelEnd(p), g.drainEnd)
 	} else if g.othersWaiting(p) {
 		g.contended = true
 		ts := p.timeslice
@@ -320,7 +320,7 @@ func (g *gpu) onEvent(now uint64) {
 			// The drain ended: at the end of the kernel in flight (a
 			// switch without a save) or at the block drain's limit.
 			g.drain = false
-			if p.head().atBoundary() {
+			if g.atBoundary(p) {
 				g.leave(now)
 				g.dispatch(now)
 				return
@@ -334,6 +334,24 @@ func (g *gpu) onEvent(now uint64) {
 		}
 		g.plan(now)
 	}
+}
+
+// toKernelEnd is the work left in p's kernel in flight.
+func (g *gpu) toKernelEnd(p *proc) uint64 {
+	it := p.head()
+	g.s.kernels(p, it)
+	return it.toKernelEnd()
+}
+
+// atBoundary reports whether no kernel of p's head item is part way; only
+// then does a burst launched without its durations need them.
+func (g *gpu) atBoundary(p *proc) bool {
+	it := p.head()
+	if it.left == it.dur || it.left == 0 {
+		return true
+	}
+	g.s.kernels(p, it)
+	return it.atBoundary()
 }
 
 // complete retires p's head kernel (or burst).
@@ -352,7 +370,7 @@ func (g *gpu) leave(now uint64) {
 // requestPreempt takes cur off the engine at the modelled granularity;
 // between two kernels it switches without a save.
 func (g *gpu) requestPreempt(now uint64) {
-	if g.cur.head().atBoundary() {
+	if g.atBoundary(g.cur) {
 		g.leave(now)
 		g.dispatch(now)
 		return

@@ -51,6 +51,26 @@ type Op struct {
 	// kernels have run: the program must not change it before then (a
 	// synchronization after the launches makes sure they have).
 	Durs []uint64
+	// Burst, with OpKernel and no Durs, launches Count kernels whose
+	// durations sum to Dur without handing the durations over: the
+	// simulator asks Burst for them only if it must know where one of
+	// them ends (a preemption waiting for the kernel in flight, a count of
+	// the kernels done part way), which most bursts never need. A program
+	// that knows a burst's total before its parts (another run of the same
+	// comparison drew them) saves drawing them.
+	Burst Burst
+	Count uint32
+}
+
+// Burst supplies the kernel durations of a burst launched without them
+// (Op.Burst).
+type Burst interface {
+	// Kernels returns the burst's Count kernel durations in launch order,
+	// none zero, summing to the Op's Dur. The simulator calls it at most
+	// once per launch, while those kernels are queued: the program must
+	// be able to answer until a synchronization after the launch has
+	// returned, and must not change the slice before then.
+	Kernels() []uint64
 }
 
 // Program is a simulated process's host program. Next is called whenever
@@ -87,7 +107,14 @@ type item struct {
 	left uint64 // kernel work left (ns of exclusive time)
 	durs []uint64
 	kend uint64 // a burst's work at the end of kernel ki
+	// lazy supplies durs when a burst launched without them first needs
+	// them (see Simulator.kernels).
+	lazy Burst
 }
+
+// The methods below that look inside a burst (toKernelEnd, atBoundary
+// part way, kernelsDone part way) need its durations at hand: a burst
+// launched without them gets them from Simulator.kernels first.
 
 // seek moves a burst's cursor to the kernel in progress: the first that
 // has not ended.
@@ -252,7 +279,8 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 		switch op.Kind {
 		case OpKernel:
 			it := item{kind: OpKernel, n: 1, dur: op.Dur}
-			if op.Durs != nil {
+			switch {
+			case op.Durs != nil:
 				it.durs, it.n, it.dur = op.Durs, uint32(len(op.Durs)), 0
 				for _, d := range op.Durs {
 					if d == 0 {
@@ -263,6 +291,15 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 				}
 				it.kend = op.Durs[0]
 				n += len(op.Durs)
+			case op.Burst != nil:
+				if op.Count == 0 {
+					s.fail(fmt.Errorf("process %s at %v: a burst of no kernels", p.name, time.Duration(now)))
+					return
+				}
+				if op.Count > 1 {
+					it.n, it.lazy = op.Count, op.Burst
+				}
+				n += int(op.Count)
 			}
 			if it.dur == 0 {
 				s.fail(fmt.Errorf("process %s at %v: zero-length kernel", p.name, time.Duration(now)))
@@ -329,6 +366,30 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 			return
 		}
 	}
+}
+
+// kernels makes sure the durations of a burst launched without them
+// (Op.Burst) are at hand, asking the program for them the first time. A
+// program that answers with durations that do not match the launch fails
+// the run.
+func (s *Simulator) kernels(p *proc, it *item) {
+	if it.lazy == nil {
+		return
+	}
+	durs := it.lazy.Kernels()
+	it.lazy = nil
+	var sum uint64
+	ok := len(durs) == int(it.n)
+	for _, d := range durs {
+		ok = ok && d > 0
+		sum += d
+	}
+	if !ok || sum != it.dur {
+		s.fail(fmt.Errorf("process %s at %v: a burst of %d kernels summing to %v gave %d durations summing to %v (none may be zero)",
+			p.name, time.Duration(s.now), it.n, time.Duration(it.dur), len(durs), time.Duration(sum)))
+		durs = []uint64{it.dur} // consistent until the run stops
+	}
+	it.durs, it.kend = durs, durs[0]
 }
 
 // completeSync finishes a synchronization (and the request it ends).

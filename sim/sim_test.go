@@ -406,17 +406,45 @@ func TestGate(t *testing.T) {
 	}
 }
 
-// TestBurstEqualsLaunches: kernels handed over as one burst (Op.Durs) run
-// exactly as the same kernels launched one by one, in every mode, with
-// the GPU deciding once per run of kernels rather than once per kernel.
+// lazyBurst hands over a burst's durations only when asked (Op.Burst),
+// counting the times it was.
+type lazyBurst struct {
+	durs  []uint64
+	asked int
+}
+
+func (b *lazyBurst) Kernels() []uint64 {
+	b.asked++
+	return b.durs
+}
+
+// TestBurstEqualsLaunches: kernels handed over as one burst (Op.Durs), or
+// as a burst whose durations are asked for only when needed (Op.Burst),
+// run exactly as the same kernels launched one by one, in every mode,
+// with the GPU deciding once per run of kernels rather than once per
+// kernel.
 func TestBurstEqualsLaunches(t *testing.T) {
 	durs := []uint64{300 * us, 450 * us, 120 * us, 800 * us, 60 * us}
-	one := func(burst bool) Program {
+	var total uint64
+	for _, d := range durs {
+		total += d
+	}
+	const (
+		single = iota
+		eager
+		lazy
+	)
+	one := func(how int, bursts *[]*lazyBurst) Program {
 		sc := &script{}
 		for range 3 {
-			if burst {
+			switch how {
+			case eager:
 				sc.ops = append(sc.ops, Op{Kind: OpKernel, Durs: durs})
-			} else {
+			case lazy:
+				b := &lazyBurst{durs: durs}
+				*bursts = append(*bursts, b)
+				sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: total, Count: uint32(len(durs)), Burst: b})
+			default:
 				for _, d := range durs {
 					sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: d})
 				}
@@ -427,24 +455,72 @@ func TestBurstEqualsLaunches(t *testing.T) {
 	}
 	for _, mode := range []Mode{ModeTimeslice, ModeSpatial, ModePriority} {
 		for _, gran := range []Granularity{GranularityInstruction, GranularityBlock, GranularityKernel} {
-			var got [2]string
-			for i, burst := range []bool{false, true} {
+			var got [3]string
+			var bursts []*lazyBurst
+			for how := range got {
 				s, _ := mustSim(t, &Options{Mode: mode, Granularity: gran, Timeslice: 500 * time.Microsecond},
-					Process{Name: "A", Class: ClassLC, Program: one(burst)},
-					Process{Name: "B", Program: kernels(2000*us, 1500*us, 700*us)})
+					Process{Name: "A", Class: ClassLC, Program: one(how, &bursts)},
+					Process{Name: "B", Program: kernels(2000*us, 1500*us, 700*us)},
+					Process{Name: "C", Program: one(how, &bursts)})
 				if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
 					t.Fatal(err)
 				}
 				st := s.Stats()
-				got[i] = fmt.Sprintf("%v %+v", st.Timeline, st.GPUs)
+				got[how] = fmt.Sprintf("%v %+v", st.Timeline, st.GPUs)
 				for _, p := range st.Procs {
 					p.Latency = nil
-					got[i] += fmt.Sprintf(" %+v", p)
+					got[how] += fmt.Sprintf(" %+v", p)
 				}
 			}
-			if got[0] != got[1] {
-				t.Errorf("%v/%v: burst differs from single launches:\n%s\n%s", mode, gran, got[0], got[1])
+			if got[single] != got[eager] {
+				t.Errorf("%v/%v: burst differs from single launches:\n%s\n%s", mode, gran, got[single], got[eager])
 			}
+			if got[single] != got[lazy] {
+				t.Errorf("%v/%v: lazy burst differs from single launches:\n%s\n%s", mode, gran, got[single], got[lazy])
+			}
+			asked := 0
+			for _, b := range bursts {
+				if b.asked > 1 {
+					t.Errorf("%v/%v: a lazy burst was asked for its durations %d times, want at most once", mode, gran, b.asked)
+				}
+				asked += b.asked
+			}
+			t.Logf("%v/%v: %d of %d lazy bursts asked for their durations", mode, gran, asked, len(bursts))
+		}
+	}
+}
+
+// TestLazyBurstUnasked: a burst that nothing preempts never needs its
+// kernels' durations.
+func TestLazyBurstUnasked(t *testing.T) {
+	b := &lazyBurst{durs: []uint64{300 * us, 450 * us, 120 * us}}
+	sc := &script{ops: []Op{{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: b}, {Kind: OpSync}}}
+	s, _ := mustSim(t, &Options{}, Process{Name: "A", Class: ClassLC, Program: sc})
+	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Stats().Procs[0]; b.asked != 0 || p.KernelsCompleted != 3 || p.CompletedWork != 870*us {
+		t.Errorf("alone: asked %d times, %d kernels and %v of work done; want 0 times, 3 kernels, 870µs",
+			b.asked, p.KernelsCompleted, time.Duration(p.CompletedWork))
+	}
+}
+
+// TestLazyBurstMismatch: a burst whose durations do not add up to what
+// was launched fails the run, naming the process.
+func TestLazyBurstMismatch(t *testing.T) {
+	for name, durs := range map[string][]uint64{
+		"sum":   {300 * us, 450 * us, 100 * us},
+		"count": {300 * us, 570 * us},
+		"zero":  {300 * us, 570 * us, 0},
+	} {
+		b := &lazyBurst{durs: durs}
+		sc := &script{ops: []Op{{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: b}, {Kind: OpSync}}}
+		s, _ := mustSim(t, &Options{Mode: ModePriority},
+			Process{Name: "BE", Program: sc},
+			Process{Name: "LC", Class: ClassLC, Program: &script{ops: []Op{{Kind: OpSleep, Dur: 400 * us}, {Kind: OpKernel, Dur: 10 * us}, {Kind: OpSync}}}})
+		err := s.Run(context.Background(), uint64(time.Second))
+		if err == nil || !strings.Contains(err.Error(), "process BE") || !strings.Contains(err.Error(), "a burst of 3 kernels") {
+			t.Errorf("%s: got %v, want the run to fail naming process BE and its burst", name, err)
 		}
 	}
 }
