@@ -11,71 +11,223 @@ import (
 // run, and so the same service times, and so has the k-th cycle of a BE
 // workload. Drawing them (a normal deviate and an exponential per
 // log-normal kernel) is the largest single cost of a run, so the first
-// simulation to need them draws them and the others, running alongside at
-// about the same simulated time, read them. A simulation that finds them
-// gone (it lags, or ran alone) draws them itself: the values are the same
-// either way, so sharing changes no result, only the work. Safe for
-// concurrent use; use NewDraws. One Draws serves one seed.
+// simulation to need them draws them and the others read them.
+//
+// Two stores serve the others. The draws in full are kept for the last
+// few thousand keys (requests, cycles) of each stream: the runs, held
+// within a second of simulated time of each other, serve the same
+// requests at about the same time. But how many cycles a BE workload has
+// run by then differs from one baseline to the next (by a quarter and
+// more where LC takes the GPU), and so may the requests of a closed LC
+// workload: for those, a run far behind the first finds what every run
+// needs of a key, a summary (the total of each burst of kernels, and each
+// single draw), in a table kept until every run reading it has passed,
+// and hands its bursts to the simulator by their totals (sim.Op.Burst).
+// Only if the simulator needs a burst's kernels one by one (a preemption
+// in the middle of it) are they drawn again. A simulation that finds
+// neither (it lags too far, or ran alone) draws them itself: the values
+// are the same either way, so sharing changes no result, only the work.
+// Safe for concurrent use; use NewDraws. One Draws serves one seed.
 type Draws struct {
 	mu      sync.Mutex
-	streams map[uint64]*drawRing
+	streams map[streamKey]*drawStream
 }
 
-// drawKeep is how many entries each stream keeps: the requests of a few
-// seconds of simulated time at the rates specs use.
-const drawKeep = 4096
-
-// drawRing keeps the last drawKeep entries of one stream, each in the
-// slot of its key modulo drawKeep: reading one takes an atomic load, no
-// lock, as the runs of a comparison read the same stream at once.
-type drawRing struct {
-	slots [drawKeep]atomic.Pointer[drawEntry]
+// streamKey names a stream of draws: its workload and the width of its
+// summaries (fixed by the workload's spec).
+type streamKey struct {
+	id    uint64
+	width int
 }
 
-type drawEntry struct {
-	key, check uint64
-	vals       []uint64
+// drawStream is one workload's draws: recent ones in full, and the
+// summaries of those some run still has to read.
+type drawStream struct {
+	full drawRing
+	sums sumTable
 }
 
 // NewDraws returns an empty cache.
-func NewDraws() *Draws { return &Draws{streams: map[uint64]*drawRing{}} }
+func NewDraws() *Draws { return &Draws{streams: map[streamKey]*drawStream{}} }
 
-// stream returns the ring of stream id (nil for a nil *Draws).
-func (d *Draws) stream(id uint64) *drawRing {
+// stream returns the stream id with summaries of width values (nil for a
+// nil *Draws).
+func (d *Draws) stream(id uint64, width int) *drawStream {
 	if d == nil {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r := d.streams[id]
-	if r == nil {
-		r = &drawRing{}
-		d.streams[id] = r
+	k := streamKey{id, width}
+	st := d.streams[k]
+	if st == nil {
+		st = &drawStream{sums: sumTable{width: width, chunks: map[uint64]*sumChunk{}}}
+		d.streams[k] = st
 	}
+	return st
+}
+
+// drawKeep is how many keys each stream keeps in full: the requests of a
+// few seconds of simulated time at the rates specs use.
+const drawKeep = 4096
+
+// drawRing keeps the last drawKeep entries of one stream in full, each in
+// the slot of its key modulo drawKeep: reading one takes an atomic load,
+// no lock, as the runs of a comparison read the same stream at once.
+type drawRing struct {
+	slots [drawKeep]atomic.Pointer[drawEntry]
+}
+
+// drawEntry is one key's draws in full, and their summary.
+type drawEntry struct {
+	key, check uint64
+	vals, sum  []uint64
+}
+
+// get returns the entry of key (and check, a second identity: the
+// request's seed) if kept, nil if not. Its slices must not be modified.
+func (r *drawRing) get(key, check uint64, n int) *drawEntry {
+	if e := r.slots[key%drawKeep].Load(); e != nil && e.key == key && e.check == check && len(e.vals) == n {
+		return e
+	}
+	return nil
+}
+
+// put keeps e, whose slices must not be modified after.
+func (r *drawRing) put(e *drawEntry) {
+	r.slots[e.key%drawKeep].Store(e)
+}
+
+// sumChunkKeys is how many consecutive keys a chunk of a summary table
+// holds.
+const sumChunkKeys = 4096
+
+// sumMaxChunks bounds a summary table, so that memory does not grow with
+// simulated time: runs that fall further behind the first than this many
+// keys draw for themselves. An hour of the published reproductions' BE
+// cycles puts about 120,000 between the fastest and the slowest run.
+const sumMaxChunks = 64
+
+// sumTable keeps the summaries of one stream, in chunks of consecutive
+// keys, until every run reading the stream has passed them.
+type sumTable struct {
+	width int
+
+	mu      sync.Mutex
+	chunks  map[uint64]*sumChunk // by key / sumChunkKeys
+	readers []*sumReader
+}
+
+// sumChunk holds the summaries of sumChunkKeys consecutive keys. A slot
+// is written once, by the first run to draw its key; others read it once
+// its state says written.
+type sumChunk struct {
+	state [sumChunkKeys]atomic.Uint32 // per key: 0 empty, 1 being written, 2 written
+	vals  []uint64                    // per key: its check, then width values
+}
+
+const (
+	slotEmpty uint32 = iota
+	slotWriting
+	slotWritten
+)
+
+// sumReader is one program's access to a summary table. Each program
+// reads its keys in increasing order; the table frees the chunks that
+// every reader has left.
+type sumReader struct {
+	t  *sumTable
+	at uint64    // the chunk number it reads
+	c  *sumChunk // that chunk, nil if the table has none
+}
+
+// reader registers a new reader at the start of the table.
+func (t *sumTable) reader() *sumReader {
+	r := &sumReader{t: t}
+	t.mu.Lock()
+	t.readers = append(t.readers, r)
+	r.c = t.chunks[0]
+	t.mu.Unlock()
 	return r
 }
 
-// get returns the n draws keyed by key (and check, a second identity:
-// the request's seed), filling them in with fill on a miss. The slice
-// returned must not be modified. A nil ring fills buf (grown if needed)
-// and returns it.
-func (r *drawRing) get(key, check uint64, n int, buf []uint64, fill func([]uint64)) []uint64 {
-	if r == nil {
-		if cap(buf) < n {
-			buf = make([]uint64, n)
+// chunk returns the chunk of key, making it if create is set (nil if it
+// is not kept and create is not set). Moving to another chunk frees those
+// no reader needs any more.
+func (r *sumReader) chunk(key uint64, create bool) *sumChunk {
+	n := key / sumChunkKeys
+	if n == r.at && r.c != nil {
+		return r.c
+	}
+	t := r.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.chunks[n]
+	if c == nil && create {
+		c = &sumChunk{vals: make([]uint64, sumChunkKeys*(1+t.width))}
+		t.chunks[n] = c
+	}
+	r.c = c
+	if n != r.at {
+		r.at = n
+		t.free()
+	}
+	return c
+}
+
+// free drops the chunks every reader has passed, and the oldest ones past
+// sumMaxChunks; the caller holds mu.
+func (t *sumTable) free() {
+	low := t.readers[0].at
+	for _, r := range t.readers[1:] {
+		low = min(low, r.at)
+	}
+	for n := range t.chunks {
+		if n < low {
+			delete(t.chunks, n)
 		}
-		buf = buf[:n]
-		fill(buf)
-		return buf
 	}
-	slot := &r.slots[key%drawKeep]
-	if e := slot.Load(); e != nil && e.key == key && e.check == check && len(e.vals) == n {
-		return e.vals
+	for len(t.chunks) > sumMaxChunks {
+		oldest := ^uint64(0)
+		for n := range t.chunks {
+			oldest = min(oldest, n)
+		}
+		delete(t.chunks, oldest)
 	}
-	v := make([]uint64, n)
-	fill(v)
-	slot.Store(&drawEntry{key: key, check: check, vals: v})
-	return v
+}
+
+// get returns the summary of key if kept (nil if not). The slice returned
+// must not be modified.
+func (r *sumReader) get(key, check uint64) []uint64 {
+	c := r.chunk(key, false)
+	if c == nil {
+		return nil
+	}
+	i := key % sumChunkKeys
+	if c.state[i].Load() != slotWritten {
+		return nil
+	}
+	w := 1 + r.t.width
+	v := c.vals[int(i)*w : int(i+1)*w : int(i+1)*w]
+	if v[0] != check {
+		return nil
+	}
+	return v[1:]
+}
+
+// put keeps sum as the summary of key, unless another run got there
+// first (with the same values: they are drawn from the same seed).
+func (r *sumReader) put(key, check uint64, sum []uint64) {
+	c := r.chunk(key, true)
+	i := key % sumChunkKeys
+	if !c.state[i].CompareAndSwap(slotEmpty, slotWriting) {
+		return
+	}
+	w := 1 + r.t.width
+	v := c.vals[int(i)*w : int(i+1)*w]
+	v[0] = check
+	copy(v[1:], sum)
+	c.state[i].Store(slotWritten)
 }
 
 // streamID names a workload's stream of draws: its name and its kind.

@@ -116,13 +116,10 @@ type lcProgram struct {
 
 	// A request's service times, drawn in order when it begins (or read
 	// from draws, where another run drew them): order lists their
-	// samplers, cur holds them, di is the next.
-	order  []*sampler
-	draws  *drawRing
-	cur    []uint64
-	buf    []uint64
-	di     int
-	fillFn func([]uint64)
+	// samplers, seg is the next segment of them to hand over.
+	order []*sampler
+	draws *keyed
+	seg   int
 
 	// Closed arrivals: the next request of this server arrives at nextAt.
 	thinking bool
@@ -165,28 +162,23 @@ func (p *lcProgram) closedNext(now uint64) sim.Op {
 
 // begin starts serving r: its service times are drawn (or read) now.
 func (p *lcProgram) begin(r request) sim.Op {
-	p.pcg.Seed(r.seed, p.stream)
-	p.cur = p.draws.get(r.idx, r.seed, len(p.order), p.buf, p.fillFn)
-	if p.draws == nil {
-		p.buf = p.cur
-	}
-	p.inReq, p.si, p.rep, p.di = true, 0, 0, 0
+	p.draws.load(r.idx, r.seed)
+	p.inReq, p.si, p.rep, p.seg = true, 0, 0, 0
 	return sim.Op{Kind: sim.OpBegin, At: r.at}
 }
 
-// fill draws the service times of the request the generator is seeded
-// for.
-func (p *lcProgram) fill(buf []uint64) {
+// fill draws the service times of the request with the given seed.
+func (p *lcProgram) fill(_, seed uint64, buf []uint64) {
+	p.pcg.Seed(seed, p.stream)
 	for i, s := range p.order {
 		buf[i] = s.draw(p.svc)
 	}
 }
 
-// drawn returns the request's next n service times.
-func (p *lcProgram) drawn(n int) []uint64 {
-	v := p.cur[p.di : p.di+n : p.di+n]
-	p.di += n
-	return v
+// next returns the index of the request's next segment of draws.
+func (p *lcProgram) next() int {
+	p.seg++
+	return p.seg - 1
 }
 
 func (p *lcProgram) step() sim.Op {
@@ -207,7 +199,7 @@ func (p *lcProgram) step() sim.Op {
 		if !st.syncEach && p.rep == 0 && st.count > 1 {
 			// The launches of a step go out back to back: one burst.
 			p.si++
-			return sim.Op{Kind: sim.OpKernel, Durs: p.drawn(st.count)}
+			return p.draws.kernels(p.next())
 		}
 		p.rep++
 		if p.rep >= st.count {
@@ -215,10 +207,10 @@ func (p *lcProgram) step() sim.Op {
 			p.rep = 0
 		}
 		p.needSync = st.syncEach
-		return sim.Op{Kind: sim.OpKernel, Dur: p.drawn(1)[0]}
+		return sim.Op{Kind: sim.OpKernel, Dur: p.draws.single(p.next())}
 	case stepHost:
 		p.si++
-		return sim.Op{Kind: sim.OpSleep, Dur: p.drawn(1)[0]}
+		return sim.Op{Kind: sim.OpSleep, Dur: p.draws.single(p.next())}
 	}
 	p.si++
 	return sim.Op{Kind: sim.OpSync}

@@ -117,7 +117,7 @@ func (f *File) Workloads() ([]Workload, error) {
 			return nil, err
 		}
 		steps := compileSteps(lc.Request)
-		order := drawOrder(steps)
+		order, shape := drawOrder(steps), shapeOf(steps)
 		pending := lc.MaxPending
 		if pending == 0 {
 			pending = defaultPending
@@ -147,9 +147,8 @@ func (f *File) Workloads() ([]Workload, error) {
 				newDispatcher: newDispatcher,
 				newProgram: func(seed, _ uint64, d *dispatcher, draws *Draws) sim.Program {
 					pcg := rand.NewPCG(0, 0)
-					p := &lcProgram{d: d, pcg: pcg, svc: rand.New(pcg), stream: h, steps: steps, order: order,
-						draws: draws.stream(streamID(lc.Name, false))}
-					p.fillFn = p.fill
+					p := &lcProgram{d: d, pcg: pcg, svc: rand.New(pcg), stream: h, steps: steps, order: order}
+					p.draws = newKeyed(shape, p.fill, draws.stream(streamID(lc.Name, false), len(shape)))
 					return p
 				},
 			})
@@ -170,9 +169,12 @@ func (f *File) Workloads() ([]Workload, error) {
 			Name: be.Name, Group: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be", Labels: be.Labels, Env: be.Env,
 			newProgram: func(seed, _ uint64, _ *dispatcher, draws *Draws) sim.Program {
 				pcg := rand.NewPCG(0, 0)
-				p := &beProgram{pcg: pcg, svc: rand.New(pcg), seed: seed, stream: ^nameHash(be.Name), kernel: k, every: every, gap: gap,
-					draws: draws.stream(streamID(be.Name, true))}
-				p.fillFn = p.fill
+				p := &beProgram{pcg: pcg, svc: rand.New(pcg), seed: seed, stream: ^nameHash(be.Name), kernel: k, every: every, gap: gap}
+				shape := []segment{{off: 0, n: every, burst: true}}
+				if gap != nil {
+					shape = append(shape, segment{off: every, n: 1})
+				}
+				p.draws = newKeyed(shape, p.fill, draws.stream(streamID(be.Name, true), len(shape)))
 				return p
 			},
 		})
@@ -403,6 +405,30 @@ func drawOrder(steps []step) []*sampler {
 	return out
 }
 
+// shapeOf lays out a request's draws (drawOrder) as its program hands
+// them to the simulator: a step's kernels launched back to back are one
+// burst, a kernel synchronized on its own or a host step one draw.
+func shapeOf(steps []step) []segment {
+	var out []segment
+	off := 0
+	for _, st := range steps {
+		switch {
+		case st.kind == stepKernel && !st.syncEach && st.count > 1:
+			out = append(out, segment{off: off, n: st.count, burst: true})
+			off += st.count
+		case st.kind == stepKernel:
+			for range st.count {
+				out = append(out, segment{off: off, n: 1})
+				off++
+			}
+		case st.kind == stepHost:
+			out = append(out, segment{off: off, n: 1})
+			off++
+		}
+	}
+	return out
+}
+
 func compileSteps(in []Step) []step {
 	var out []step
 	for _, s := range in {
@@ -437,19 +463,16 @@ type beProgram struct {
 	kernel       *sampler
 	gap          *sampler
 	every        int
-	synced       bool
 
-	draws  *drawRing
-	cycle  uint64
-	cur    []uint64
-	buf    []uint64
-	fillFn func([]uint64)
+	draws   *keyed // segments: the cycle's kernels, its gap
+	cycle   uint64
+	inCycle bool
+	synced  bool
 }
 
-// fill draws the current cycle's service times in the order they are
-// used.
-func (p *beProgram) fill(buf []uint64) {
-	p.pcg.Seed(p.seed, mix(p.stream^p.cycle))
+// fill draws cycle's service times in the order they are used.
+func (p *beProgram) fill(cycle, _ uint64, buf []uint64) {
+	p.pcg.Seed(p.seed, mix(p.stream^cycle))
 	for i := range p.every {
 		buf[i] = p.kernel.draw(p.svc)
 	}
@@ -460,28 +483,21 @@ func (p *beProgram) fill(buf []uint64) {
 
 // Next implements sim.Program.
 func (p *beProgram) Next(uint64) (sim.Op, error) {
-	if p.cur == nil {
-		n := p.every
-		if p.gap != nil {
-			n++
-		}
-		p.cur = p.draws.get(p.cycle, p.cycle, n, p.buf, p.fillFn)
-		if p.draws == nil {
-			p.buf = p.cur
-		}
-		return sim.Op{Kind: sim.OpKernel, Durs: p.cur[:p.every]}, nil
+	if !p.inCycle {
+		p.inCycle = true
+		p.draws.load(p.cycle, p.cycle)
+		return p.draws.kernels(0), nil
 	}
 	if !p.synced {
 		p.synced = true
 		return sim.Op{Kind: sim.OpSync}, nil
 	}
-	p.synced = false
+	p.inCycle, p.synced = false, false
 	gap := p.gap != nil
 	var d uint64
 	if gap {
-		d = p.cur[p.every]
+		d = p.draws.single(1)
 	}
-	p.cur = nil
 	p.cycle++
 	if gap {
 		return sim.Op{Kind: sim.OpSleep, Dur: d}, nil

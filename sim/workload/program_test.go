@@ -13,6 +13,17 @@ import (
 func opString(op sim.Op) string {
 	switch op.Kind {
 	case sim.OpKernel:
+		if op.Burst != nil {
+			durs := op.Burst.Kernels()
+			var sum uint64
+			for _, d := range durs {
+				sum += d
+			}
+			if sum != op.Dur || len(durs) != int(op.Count) {
+				return fmt.Sprintf("burst of %d summing to %d gave %d summing to %d", op.Count, op.Dur, len(durs), sum)
+			}
+			op.Durs = durs
+		}
 		if op.Durs != nil {
 			var ks []string
 			for _, d := range op.Durs {
@@ -289,7 +300,9 @@ func TestUniformArrivals(t *testing.T) {
 
 // TestSharedDraws: programs that share their draws through a Draws issue
 // exactly the operations of programs that draw alone, whichever draws
-// first, for LC requests and BE cycles.
+// first, for LC requests and BE cycles: a program close behind the first
+// reads the draws in full, one far behind (more keys than are kept in
+// full) reads their summaries and launches bursts by their totals.
 func TestSharedDraws(t *testing.T) {
 	spec := `
 gpus: 1
@@ -312,28 +325,90 @@ be:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := func(p sim.Program) string {
+	// ops runs a program for n operations (or to its end), listing them;
+	// summarized counts the bursts launched from a summary alone.
+	summarized := 0
+	ops := func(p sim.Program, n int) string {
 		var b strings.Builder
 		now := uint64(0)
-		for range 4000 {
+		for range n {
 			op, err := p.Next(now)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if kb, ok := op.Burst.(*keyedBurst); ok && kb.k.full == nil {
+				summarized++
 			}
 			if op.Kind == sim.OpWaitUntil {
 				now = op.At
 			}
 			b.WriteString(opString(op) + " ")
+			if op.Kind == sim.OpStop {
+				break
+			}
 		}
 		return b.String()
 	}
 	horizon := uint64(time.Second)
-	alone := []string{ops(Programs(ws, 3, horizon, nil)[0]), ops(Programs(ws, 3, horizon, nil)[1])}
-	d := NewDraws()
-	first, second := Programs(ws, 3, horizon, d), Programs(ws, 3, horizon, d)
-	for i := range ws {
-		if a, b := ops(first[i]), ops(second[i]); a != alone[i] || b != alone[i] {
-			t.Errorf("%s: shared draws change the program", ws[i].Name)
+	for _, n := range []int{4000, 40000} {
+		alone := []string{ops(Programs(ws, 3, horizon, nil)[0], n), ops(Programs(ws, 3, horizon, nil)[1], n)}
+		d := NewDraws()
+		first, second := Programs(ws, 3, horizon, d), Programs(ws, 3, horizon, d)
+		summarized = 0
+		for i := range ws {
+			a := ops(first[i], n)
+			if a != alone[i] {
+				t.Errorf("%s, %d ops: shared draws change the program that draws first", ws[i].Name, n)
+			}
+			if b := ops(second[i], n); b != alone[i] {
+				t.Errorf("%s, %d ops: shared draws change the program that reads them", ws[i].Name, n)
+			}
 		}
+		switch {
+		case n < drawKeep && summarized != 0:
+			t.Errorf("%d ops: %d bursts launched from summaries, want none (all kept in full)", n, summarized)
+		case n > drawKeep && summarized < 1000:
+			t.Errorf("%d ops: %d bursts launched from summaries, want the keys no longer kept in full", n, summarized)
+		}
+	}
+}
+
+// TestSumTableFrees: a summary table keeps what the slowest reader still
+// needs, frees what every reader has passed, and never holds more than
+// sumMaxChunks chunks.
+func TestSumTableFrees(t *testing.T) {
+	tb := &sumTable{width: 1, chunks: map[uint64]*sumChunk{}}
+	fast, slow := tb.reader(), tb.reader()
+	put := func(r *sumReader, key uint64) { r.put(key, key, []uint64{key * 10}) }
+	for key := range uint64(10 * sumChunkKeys) {
+		put(fast, key)
+	}
+	if len(tb.chunks) != 10 {
+		t.Fatalf("%d chunks kept with a reader at the start, want 10", len(tb.chunks))
+	}
+	if v := slow.get(5, 5); len(v) != 1 || v[0] != 50 {
+		t.Fatalf("slow reader got %v for key 5, want [50]", v)
+	}
+	if v := slow.get(5, 6); v != nil {
+		t.Fatalf("slow reader got %v for key 5 with another check, want nothing", v)
+	}
+	slow.get(3*sumChunkKeys, 3*sumChunkKeys)
+	if _, ok := tb.chunks[2]; ok || len(tb.chunks) != 7 {
+		t.Errorf("after the slow reader moved to chunk 3: %d chunks kept, chunk 2 kept %v; want 7, false", len(tb.chunks), ok)
+	}
+	for key := uint64(10 * sumChunkKeys); key < (sumMaxChunks+20)*sumChunkKeys; key++ {
+		put(fast, key)
+	}
+	if len(tb.chunks) > sumMaxChunks {
+		t.Errorf("%d chunks kept, want at most %d", len(tb.chunks), sumMaxChunks)
+	}
+	if _, ok := tb.chunks[3]; ok {
+		t.Errorf("the slow reader's chunk, past the bound, is still kept")
+	}
+	if v := slow.get(3*sumChunkKeys+1, 3*sumChunkKeys+1); len(v) != 1 || v[0] != (3*sumChunkKeys+1)*10 {
+		t.Errorf("the slow reader lost the chunk it reads from: %v", v)
+	}
+	if v := fast.get((sumMaxChunks+20)*sumChunkKeys-1, (sumMaxChunks+20)*sumChunkKeys-1); v == nil {
+		t.Errorf("the newest key is not kept")
 	}
 }
