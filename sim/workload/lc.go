@@ -117,7 +117,7 @@ type lcProgram struct {
 	// A request's service times, drawn in order when it begins (or read
 	// from draws, where another run drew them): order lists their
 	// samplers, seg is the next segment of them to hand over.
-	order []*sampler
+	order []drawRun
 	draws *keyed
 	seg   int
 
@@ -170,8 +170,9 @@ func (p *lcProgram) begin(r request) sim.Op {
 // fill draws the service times of the request with the given seed.
 func (p *lcProgram) fill(_, seed uint64, buf []uint64) {
 	p.pcg.Seed(seed, p.stream)
-	for i, s := range p.order {
-		buf[i] = s.draw(p.svc)
+	for _, run := range p.order {
+		run.s.drawInto(p.svc, buf[:run.n])
+		buf = buf[run.n:]
 	}
 }
 

@@ -304,12 +304,23 @@ func (s *sampler) draw(r *rand.Rand) uint64 {
 	case distExp:
 		v = r.ExpFloat64() * s.mean
 	case distLognormal:
-		v = math.Exp(s.mu + s.sigma*r.NormFloat64())
+		v = math.Exp(s.exponent(r))
 	case distUniform:
 		v = s.lo + r.Float64()*(s.hi-s.lo)
 	default:
 		v = s.mean
 	}
+	return s.bound(v)
+}
+
+// exponent draws the normal deviate a log-normal draw exponentiates.
+func (s *sampler) exponent(r *rand.Rand) float64 {
+	return s.mu + s.sigma*r.NormFloat64()
+}
+
+// bound clamps a drawn value to the distribution's bounds and rounds it
+// to a whole ns, at least 1.
+func (s *sampler) bound(v float64) uint64 {
 	if v < s.lo {
 		v = s.lo
 	}
@@ -320,6 +331,35 @@ func (s *sampler) draw(r *rand.Rand) uint64 {
 		v = float64(maxDuration)
 	}
 	return max(uint64(v+0.5), 1) // v > 0: rounds to the nearest ns, as math.Round, cheaper
+}
+
+// drawInto fills buf with draws, the same values in the same order as
+// calling draw for each. A log-normal's exponentials are taken apart
+// from its normal deviates, a batch at a time: each exponential is a long
+// chain of dependent multiplications, and the deviates depend only on
+// the generator, so the processor overlaps the chains of a batch instead
+// of waiting for each.
+func (s *sampler) drawInto(r *rand.Rand, buf []uint64) {
+	if s.kind != distLognormal {
+		for i := range buf {
+			buf[i] = s.draw(r)
+		}
+		return
+	}
+	var xs [64]float64
+	for len(buf) > 0 {
+		n := min(len(buf), len(xs))
+		for i := range n {
+			xs[i] = s.exponent(r)
+		}
+		for i := range n {
+			xs[i] = math.Exp(xs[i])
+		}
+		for i := range n {
+			buf[i] = s.bound(xs[i])
+		}
+		buf = buf[n:]
+	}
 }
 
 // arrivals generates arrival times in order.
@@ -388,18 +428,23 @@ type step struct {
 	dur      *sampler
 }
 
+// drawRun is a run of consecutive draws from one sampler.
+type drawRun struct {
+	s *sampler
+	n int
+}
+
 // drawOrder lists the samplers of a request's service times in the order
-// the request draws them: each kernel, and each host step.
-func drawOrder(steps []step) []*sampler {
-	var out []*sampler
+// the request draws them, in runs: each kernel step's kernels, and each
+// host step.
+func drawOrder(steps []step) []drawRun {
+	var out []drawRun
 	for _, st := range steps {
 		switch st.kind {
 		case stepKernel:
-			for range st.count {
-				out = append(out, st.dur)
-			}
+			out = append(out, drawRun{st.dur, st.count})
 		case stepHost:
-			out = append(out, st.dur)
+			out = append(out, drawRun{st.dur, 1})
 		}
 	}
 	return out
@@ -473,9 +518,7 @@ type beProgram struct {
 // fill draws cycle's service times in the order they are used.
 func (p *beProgram) fill(cycle, _ uint64, buf []uint64) {
 	p.pcg.Seed(p.seed, mix(p.stream^cycle))
-	for i := range p.every {
-		buf[i] = p.kernel.draw(p.svc)
-	}
+	p.kernel.drawInto(p.svc, buf[:p.every])
 	if p.gap != nil {
 		buf[p.every] = p.gap.draw(p.svc)
 	}

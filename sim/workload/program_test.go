@@ -183,6 +183,35 @@ func TestSamplers(t *testing.T) {
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0)) }
 
+// TestDrawInto: drawing a batch gives the values of drawing one at a
+// time, in order, leaving the generator where they leave it, for every
+// distribution and batch length (across the batch size of 64).
+func TestDrawInto(t *testing.T) {
+	dists := []Dist{
+		{Dist: "const", Mean: Duration(100 * time.Microsecond)},
+		{Dist: "exp", Mean: Duration(100 * time.Microsecond), Max: Duration(300 * time.Microsecond)},
+		{Dist: "lognormal", Mean: Duration(40500 * time.Nanosecond), CV: 0.03},
+		{Dist: "lognormal", Mean: Duration(100 * time.Microsecond), CV: 3, Min: Duration(time.Microsecond), Max: Duration(2 * time.Millisecond)},
+		{Dist: "uniform", Min: Duration(50 * time.Microsecond), Max: Duration(150 * time.Microsecond)},
+	}
+	for _, d := range dists {
+		s := newSampler(&d)
+		for _, n := range []int{1, 7, 64, 65, 160, 300} {
+			one, batch := newRand(uint64(n)), newRand(uint64(n))
+			got := make([]uint64, n)
+			s.drawInto(batch, got)
+			for i := range n {
+				if want := s.draw(one); got[i] != want {
+					t.Fatalf("%+v, %d draws: draw %d is %d, want %d", d, n, i, got[i], want)
+				}
+			}
+			if a, b := one.Uint64(), batch.Uint64(); a != b {
+				t.Errorf("%+v, %d draws: the generator is left elsewhere", d, n)
+			}
+		}
+	}
+}
+
 func TestParseArrivals(t *testing.T) {
 	got, err := parseArrivals(strings.NewReader("# offsets\n\n1ms\n 1.5ms \n1.5ms\n2s\n"), "a.txt")
 	if err != nil {
