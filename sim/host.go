@@ -309,11 +309,7 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 				p.pending, p.hasPend, p.host = op, true, hostGated
 				return
 			}
-			if s.cfg.observe {
-				for range it.n {
-					s.emitLaunch(p, now)
-				}
-			}
+			s.emitLaunch(p, now, it.n)
 			it.left = it.dur
 			s.enqueue(p, it, now)
 		case OpCopy:

@@ -75,6 +75,7 @@ type Simulator struct {
 	closed   chan struct{}
 
 	out      []trace.Event // events produced and not yet read
+	outN     []uint32      // how many times each is read: a burst's launches are one entry
 	outHead  int
 	deadline uint64
 
@@ -145,7 +146,7 @@ func (s *Simulator) start(end uint64) {
 	s.end = end
 	for _, p := range s.procs {
 		if s.cfg.observe {
-			ev := s.emit()
+			ev := s.emit(1)
 			ev.Kind, ev.PID, ev.TID = trace.KindExec, p.pid, p.pid
 			copy(ev.Proc.Comm[:15], p.name)
 		}
@@ -186,7 +187,7 @@ func (s *Simulator) RunProgress(ctx context.Context, end uint64, progress func(n
 			}
 		}
 		more := s.step()
-		s.out, s.outHead = s.out[:0], 0
+		s.out, s.outN, s.outHead = s.out[:0], s.outN[:0], 0
 		if s.err != nil {
 			return s.err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -486,6 +487,55 @@ func TestBurstEqualsLaunches(t *testing.T) {
 				asked += b.asked
 			}
 			t.Logf("%v/%v: %d of %d lazy bursts asked for their durations", mode, gran, asked, len(bursts))
+		}
+	}
+}
+
+// TestBurstEvents: a controller reads a burst's launches as it reads the
+// same kernels launched one by one: one launch event per kernel, at the
+// instant of the launch, between the events around them.
+func TestBurstEvents(t *testing.T) {
+	durs := []uint64{300 * us, 450 * us, 120 * us}
+	prog := func(how int) Program {
+		sc := &script{}
+		for range 2 {
+			switch how {
+			case 1:
+				sc.ops = append(sc.ops, Op{Kind: OpKernel, Durs: durs})
+			case 2:
+				sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: &lazyBurst{durs: durs}})
+			default:
+				for _, d := range durs {
+					sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: d})
+				}
+			}
+			sc.ops = append(sc.ops, Op{Kind: OpCopy, Bytes: 4096}, Op{Kind: OpSync}, Op{Kind: OpSleep, Dur: 100 * us})
+		}
+		return sc
+	}
+	var got [3][]string
+	for how := range got {
+		s, _ := mustSim(t, &Options{Observe: true}, Process{Name: "A", Class: ClassLC, Program: prog(how)},
+			Process{Name: "B", Program: kernels(500*us, 500*us)})
+		s.Start(uint64(time.Second))
+		for {
+			var ev trace.Event
+			err := s.Read(&ev)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[how] = append(got[how], fmt.Sprintf("%+v", ev))
+		}
+	}
+	if launches := strings.Count(strings.Join(got[0], "\n"), "Kind:launch"); launches != 8 {
+		t.Fatalf("%d launch events, want 8: %v", launches, got[0])
+	}
+	for how := 1; how < len(got); how++ {
+		if !slices.Equal(got[0], got[how]) {
+			t.Errorf("burst %d: events differ from single launches:\n%v\n%v", how, got[0], got[how])
 		}
 	}
 }

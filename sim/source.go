@@ -35,7 +35,7 @@ func (s *Simulator) Read(ev *trace.Event) error {
 		if s.err != nil {
 			return s.err
 		}
-		s.out, s.outHead = s.out[:0], 0
+		s.out, s.outN, s.outHead = s.out[:0], s.outN[:0], 0
 		if s.deadline != 0 && s.nextTime() > s.deadline {
 			if s.now < s.deadline {
 				s.now = min(s.deadline, s.end)
@@ -50,7 +50,11 @@ func (s *Simulator) Read(ev *trace.Event) error {
 		}
 	}
 	*ev = s.out[s.outHead]
-	s.outHead++
+	if s.outN[s.outHead] > 1 {
+		s.outN[s.outHead]--
+	} else {
+		s.outHead++
+	}
 	return nil
 }
 
@@ -79,10 +83,12 @@ func (s *Simulator) Close() error {
 	return nil
 }
 
-// emit appends a zeroed event to the output and returns it to be filled
-// in place (a trace.Event is 216 bytes: building it elsewhere and copying
-// it in costs more than the rest of delivering a launch).
-func (s *Simulator) emit() *trace.Event {
+// emit appends a zeroed event to the output, to be read n times, and
+// returns it to be filled in place (a trace.Event is 216 bytes: building
+// it elsewhere and copying it in costs more than the rest of delivering
+// a launch, and a burst's launches, all alike, are built once).
+func (s *Simulator) emit(n uint32) *trace.Event {
+	s.outN = append(s.outN, n)
 	if len(s.out) < cap(s.out) {
 		s.out = s.out[:len(s.out)+1]
 		ev := &s.out[len(s.out)-1]
@@ -93,11 +99,13 @@ func (s *Simulator) emit() *trace.Event {
 	return &s.out[len(s.out)-1]
 }
 
-func (s *Simulator) emitLaunch(p *proc, now uint64) {
+// emitLaunch reports n launches of p's at now: the kernels of a burst
+// are launched at the same instant on the same stream.
+func (s *Simulator) emitLaunch(p *proc, now uint64, n uint32) {
 	if !s.cfg.observe {
 		return
 	}
-	ev := s.emit()
+	ev := s.emit(n)
 	ev.Kind, ev.Func, ev.PID, ev.TID, ev.Time = trace.KindLaunch, trace.FuncLaunchKernel, p.pid, p.pid, now
 	ev.Launch.Stream = streamHandle
 }
@@ -110,7 +118,7 @@ func (s *Simulator) emitCopy(p *proc, now uint64, op Op) {
 	if op.Dir == trace.CopyDtoH {
 		f = trace.FuncMemcpyDtoHAsyncV2
 	}
-	ev := s.emit()
+	ev := s.emit(1)
 	ev.Kind, ev.Func, ev.PID, ev.TID, ev.Time = trace.KindCopy, f, p.pid, p.pid, now
 	ev.Copy.Dir, ev.Copy.Bytes, ev.Copy.Stream = op.Dir, op.Bytes, streamHandle
 }
@@ -119,7 +127,7 @@ func (s *Simulator) emitSync(p *proc, start, now uint64) {
 	if !s.cfg.observe {
 		return
 	}
-	ev := s.emit()
+	ev := s.emit(1)
 	ev.Kind, ev.Func, ev.PID, ev.TID, ev.Time = trace.KindSync, trace.FuncStreamSynchronize, p.pid, p.pid, start
 	ev.Sync.Handle, ev.Sync.Duration = streamHandle, now-start
 }
