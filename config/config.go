@@ -51,6 +51,15 @@ type Config struct {
 	// Listen is the TCP address (HOST:PORT) of the HTTP API, console and
 	// Prometheus /metrics.
 	Listen string
+	// TLSCert and TLSKey are the PEM files of the certificate and private
+	// key Listen is served over HTTPS with; both or neither. Without them
+	// Listen serves plain HTTP, on a loopback address only unless
+	// ListenPlain.
+	TLSCert, TLSKey string
+	// ListenPlain serves Listen over plain HTTP even off loopback (a pod
+	// network that only Prometheus and the kubelet reach): reads are open
+	// there and the token of policy changes crosses the network in clear.
+	ListenPlain bool
 	// Socket is the path of the root-only unix socket the local commands
 	// (arbiter ps, status) talk to.
 	Socket string
@@ -160,6 +169,18 @@ func Settings() []Setting {
 			Usage: "HOST:PORT of the HTTP API, console and /metrics",
 			get:   func(c *Config) string { return c.Listen },
 			set:   func(c *Config, v string) error { c.Listen = v; return checkListen(v) }},
+		{Key: "tls_cert", path: true,
+			Usage: "PEM certificate (chain) to serve --listen over HTTPS with, read again when it changes; needs --tls-key",
+			get:   func(c *Config) string { return c.TLSCert },
+			set:   func(c *Config, v string) error { c.TLSCert = v; return checkOptionalPath(v) }},
+		{Key: "tls_key", path: true,
+			Usage: "PEM private key of --tls-cert",
+			get:   func(c *Config) string { return c.TLSKey },
+			set:   func(c *Config, v string) error { c.TLSKey = v; return checkOptionalPath(v) }},
+		{Key: "listen_plain", Bool: true,
+			Usage: "serve --listen over plain HTTP even off loopback (a pod network only Prometheus and the kubelet reach): reads are open there and the token of policy changes crosses the network in clear",
+			get:   func(c *Config) string { return strconv.FormatBool(c.ListenPlain) },
+			set:   func(c *Config, v string) (err error) { c.ListenPlain, err = parseBool(v); return err }},
 		{Key: "socket", path: true,
 			Usage: "path of the root-only unix socket of the local commands",
 			get:   func(c *Config) string { return c.Socket },
@@ -175,14 +196,7 @@ func Settings() []Setting {
 		{Key: "allow_unverified_driver", Bool: true,
 			Usage: "control channels on a driver version not validated with Arbiter (otherwise only observe them)",
 			get:   func(c *Config) string { return strconv.FormatBool(c.AllowUnverifiedDriver) },
-			set: func(c *Config, v string) error {
-				b, err := strconv.ParseBool(v)
-				if err != nil {
-					return fmt.Errorf("%q is not true or false", v)
-				}
-				c.AllowUnverifiedDriver = b
-				return nil
-			}},
+			set:   func(c *Config, v string) (err error) { c.AllowUnverifiedDriver, err = parseBool(v); return err }},
 		{Key: "log_format",
 			Usage: "log format: " + strings.Join(logFormats, ", ") + " (auto: text on a terminal, JSON otherwise)",
 			get:   func(c *Config) string { return c.LogFormat },
@@ -227,8 +241,24 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config: %s: %w", s.Key, err))
 		}
 	}
+	errs = append(errs, c.checkTLS()...)
 	errs = append(errs, c.checkBundle()...)
 	return errors.Join(errs...)
+}
+
+// checkTLS checks the settings of how listen is served, together.
+func (c *Config) checkTLS() []error {
+	var errs []error
+	switch {
+	case c.TLSCert != "" && c.TLSKey == "":
+		errs = append(errs, fmt.Errorf("config: tls_cert (%s) is set but tls_key is not: give the certificate's private key too", c.TLSCert))
+	case c.TLSKey != "" && c.TLSCert == "":
+		errs = append(errs, fmt.Errorf("config: tls_key (%s) is set but tls_cert is not: give the certificate too", c.TLSKey))
+	}
+	if c.ListenPlain && (c.TLSCert != "" || c.TLSKey != "") {
+		errs = append(errs, errors.New("config: listen_plain and tls_cert/tls_key are both set: listen is served over HTTPS or plain HTTP, not both; remove one"))
+	}
+	return errs
 }
 
 func lookup(key string) (Setting, bool) {
@@ -325,6 +355,14 @@ func checkPath(v string) error {
 		return fmt.Errorf("%q contains a NUL byte", v)
 	}
 	return nil
+}
+
+func parseBool(v string) (bool, error) {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", v)
+	}
+	return b, nil
 }
 
 func checkOneOf(v string, allowed []string) error {

@@ -39,7 +39,7 @@ func TestSettingsCoverEveryField(t *testing.T) {
 	// field: a setting whose setter writes the wrong field, or a field
 	// with no setting, shows up here.
 	values := map[string]string{
-		"policy": "/p", "listen": "10.0.0.1:1", "socket": "/s.sock", "state_dir": "/st",
+		"policy": "/p", "listen": "10.0.0.1:1", "tls_cert": "/c.pem", "tls_key": "/k.key", "listen_plain": "true", "socket": "/s.sock", "state_dir": "/st",
 		"bpffs": "/b", "allow_unverified_driver": "true", "log_format": "json", "log_level": "debug",
 		"bundle_url": "https://bundles.example.com/a.tar.gz", "bundle_public_key": "/k.pem", "bundle_key_alg": "ES256",
 		"bundle_key_id": "prod", "bundle_scope": "write", "bundle_token_file": "/t", "bundle_poll": "2m0s",
@@ -58,7 +58,7 @@ func TestSettingsCoverEveryField(t *testing.T) {
 			t.Errorf("%s: Get = %q after setting %q", s.Key, got, v)
 		}
 	}
-	want := Config{Policy: "/p", Listen: "10.0.0.1:1", Socket: "/s.sock", StateDir: "/st", BPFFS: "/b",
+	want := Config{Policy: "/p", Listen: "10.0.0.1:1", TLSCert: "/c.pem", TLSKey: "/k.key", ListenPlain: true, Socket: "/s.sock", StateDir: "/st", BPFFS: "/b",
 		AllowUnverifiedDriver: true, LogFormat: "json", LogLevel: "debug",
 		BundleURL: "https://bundles.example.com/a.tar.gz", BundlePublicKey: "/k.pem", BundleKeyAlg: "ES256", BundleKeyID: "prod",
 		BundleScope: "write", BundleTokenFile: "/t", BundlePoll: 2 * time.Minute, BundleTimeout: 5 * time.Second, BundleMaxBytes: 8 << 20}
@@ -133,6 +133,8 @@ func TestParseErrors(t *testing.T) {
 		{"socket is a directory", "socket: /run/arbiter/\n", []string{"names a directory"}},
 		{"bool as string", "allow_unverified_driver: 'yes'\n", []string{`allow_unverified_driver: "yes" is not true or false`}},
 		{"bool as word", "allow_unverified_driver: yes\n", []string{`"yes" is not true or false`}},
+		{"listen_plain as word", "listen_plain: on\n", []string{`listen_plain: "on" is not true or false`}},
+		{"relative certificate", "tls_cert: tls.crt\n", []string{`tls_cert: "tls.crt" is a relative path`}},
 		{"log format", "log_format: xml\n", []string{`log_format: "xml" is not one of auto, json, text`}},
 		{"log level", "log_level: verbose\n", []string{`"verbose" is not one of trace, debug, info, warn, error`}},
 		{"null value", "listen:\n", []string{`c.yaml:1: listen: no value; remove the line to keep the default ("127.0.0.1:9400")`}},
@@ -173,6 +175,41 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestTLSSettings: a certificate and its key together, and not with
+// listen_plain, each error naming the keys and the fix.
+func TestTLSSettings(t *testing.T) {
+	good, err := Parse("t.yaml", []byte("listen: \":9443\"\ntls_cert: /etc/arbiter/tls/tls.crt\ntls_key: /etc/arbiter/tls/tls.key\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if good.TLSCert != "/etc/arbiter/tls/tls.crt" || good.TLSKey != "/etc/arbiter/tls/tls.key" || good.ListenPlain {
+		t.Fatalf("%+v", good)
+	}
+	if err := good.Validate(); err != nil {
+		t.Errorf("a certificate and its key: %v", err)
+	}
+	plain, err := Parse("p.yaml", []byte("listen: \":9400\"\nlisten_plain: true\n"))
+	if err != nil || !plain.ListenPlain {
+		t.Fatalf("listen_plain: %+v %v", plain, err)
+	}
+	if err := plain.Validate(); err != nil {
+		t.Errorf("listen_plain alone: %v", err)
+	}
+	for _, c := range []struct{ file, want string }{
+		{"tls_cert: /c.pem\n", "config: tls_cert (/c.pem) is set but tls_key is not: give the certificate's private key too"},
+		{"tls_key: /k.pem\n", "config: tls_key (/k.pem) is set but tls_cert is not: give the certificate too"},
+		{"tls_cert: /c.pem\ntls_key: /k.pem\nlisten_plain: true\n", "config: listen_plain and tls_cert/tls_key are both set"},
+	} {
+		cfg, err := Parse("t.yaml", []byte(c.file))
+		if err != nil {
+			t.Fatalf("%q: %v", c.file, err)
+		}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v\nwant %q", c.file, err, c.want)
+		}
+	}
+}
+
 // TestFlagsOverrideFile follows the merge rule of the package comment: the
 // file over the defaults, then only the flags given.
 func TestFlagsOverrideFile(t *testing.T) {
@@ -206,7 +243,7 @@ func TestFlagsOverrideFile(t *testing.T) {
 		{"listen", "x", `config: --listen: "x" is not HOST:PORT`},
 		{"log-format", "yaml", `config: --log-format: "yaml" is not one of`},
 		{"allow-unverified-driver", "maybe", `--allow-unverified-driver: "maybe" is not true or false`},
-		{"config", "/x", "config: no setting --config (settings: policy, listen, socket, state-dir"},
+		{"config", "/x", "config: no setting --config (settings: policy, listen, tls-cert, tls-key, listen-plain, socket, state-dir"},
 	} {
 		err := c.SetFlag(bad.name, bad.value)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"strings"
@@ -209,31 +210,56 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // ready (the engine runs and the policy is loaded).
 func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
 
-// ServeTCP serves on addr until Shutdown. With tlsCert and tlsKey it
-// serves HTTPS; without them it refuses any address but loopback, where
-// the bearer token would otherwise cross the network in clear.
-func (s *Server) ServeTCP(addr, tlsCert, tlsKey string) error {
-	if (tlsCert == "") != (tlsKey == "") {
-		return fmt.Errorf("web: serve %s: give both a TLS certificate and a key, or neither", addr)
+// TCPOptions says how ServeTCP serves its address; nil serves plain
+// HTTP on a loopback address only.
+type TCPOptions struct {
+	// TLS, when set, serves HTTPS with this certificate and key.
+	TLS *KeyPair
+	// Plain serves plain HTTP on an address off loopback, which ServeTCP
+	// otherwise refuses: reads are open to whoever reaches the address
+	// and the bearer token of policy changes crosses the network in
+	// clear. Meant for a pod network that only Prometheus and the kubelet
+	// reach. It cannot be set with TLS.
+	Plain bool
+}
+
+// ErrPlainOffLoopback is returned by ServeTCP for plain HTTP on an
+// address off loopback without TCPOptions.Plain.
+var ErrPlainOffLoopback = errors.New("plain HTTP off loopback would send the API token in clear")
+
+// ServeTCP serves on addr until Shutdown: HTTPS with opts.TLS, plain HTTP
+// otherwise, which it refuses off loopback unless opts.Plain says so. A
+// client that speaks plain HTTP to the HTTPS listener is answered 400,
+// "Client sent an HTTP request to an HTTPS server".
+func (s *Server) ServeTCP(addr string, opts *TCPOptions) error {
+	var o TCPOptions
+	if opts != nil {
+		o = *opts
 	}
-	if tlsCert == "" && !loopback(addr) {
-		return fmt.Errorf("web: serve %s without TLS would send the API token in clear: give a TLS certificate and key, or listen on 127.0.0.1 or [::1]", addr)
+	if o.TLS != nil && o.Plain {
+		return fmt.Errorf("web: serve %s: TLS and plain HTTP both asked for: choose one", addr)
+	}
+	if o.TLS == nil && !o.Plain && !loopback(addr) {
+		return fmt.Errorf("web: serve %s: %w: give a TLS certificate and key, listen on 127.0.0.1 or [::1], or allow plain HTTP there explicitly", addr, ErrPlainOffLoopback)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("web: listen on %s: %w", addr, err)
 	}
-	return s.serve(l, tlsCert, tlsKey)
+	return s.serve(l, o.TLS)
 }
 
 // Serve serves plain HTTP on a listener the caller made, until Shutdown.
 // It does not look at the listener's address: for TCP prefer ServeTCP,
 // which refuses to send the token in clear off loopback.
-func (s *Server) Serve(l net.Listener) error { return s.serve(l, "", "") }
+func (s *Server) Serve(l net.Listener) error { return s.serve(l, nil) }
 
-func (s *Server) serve(l net.Listener, cert, key string) error {
+func (s *Server) serve(l net.Listener, kp *KeyPair) error {
 	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: min(10*time.Second, s.lim.ReadTimeout), ReadTimeout: s.lim.ReadTimeout,
-		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10, ErrorLog: nil}
+		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10, ErrorLog: log.New(debugWriter{s.log}, "", 0)}
+	if kp != nil {
+		hs.TLSConfig = kp.config()
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -242,10 +268,10 @@ func (s *Server) serve(l net.Listener, cert, key string) error {
 	}
 	s.servers = append(s.servers, hs)
 	s.mu.Unlock()
-	s.log.Info().Str("addr", l.Addr().String()).Bool("tls", cert != "").Msg("api listening")
+	s.log.Info().Str("addr", l.Addr().String()).Bool("tls", kp != nil).Msg("api listening")
 	var err error
-	if cert != "" {
-		err = hs.ServeTLS(l, cert, key)
+	if kp != nil {
+		err = hs.ServeTLS(l, "", "") // the certificate comes from TLSConfig
 	} else {
 		err = hs.Serve(l)
 	}
@@ -274,6 +300,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// debugWriter takes net/http's own messages (the TLS handshake errors of
+// clients that do not trust the certificate or speak plain HTTP to it)
+// into the log at debug level: they are the clients' to report.
+type debugWriter struct{ log zerolog.Logger }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.log.Debug().Str("from", "net/http").Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // loopback reports whether addr's host is a loopback address or

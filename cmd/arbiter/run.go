@@ -25,6 +25,7 @@ import (
 	"github.com/gpu-arbiter/arbiter/policy/input"
 	"github.com/gpu-arbiter/arbiter/procfs"
 	"github.com/gpu-arbiter/arbiter/uprobe"
+	"github.com/gpu-arbiter/arbiter/web"
 )
 
 // runFlags are `arbiter run`'s own flags; the daemon's settings are
@@ -35,9 +36,7 @@ type runFlags struct {
 	// nodeName and kubeletSocket turn on Kubernetes pod metadata for the
 	// policy input (the DaemonSet sets them).
 	nodeName, kubeletSocket string
-	// listenPlain serves --listen over plain HTTP even off loopback.
-	listenPlain bool
-	cfg         config.Config
+	cfg                     config.Config
 	// driver holds the hidden flags that point channel control at a
 	// stand-in control file (tests) or override the detected driver
 	// version, as `arbiter channels` and `arbiter recover` take them.
@@ -55,8 +54,10 @@ config file names a directory, which is hot-reloaded on change and on SIGHUP,
 or --bundle-url a bundle server, polled, whose bundles apply only once they
 pass their checks and Rego tests),
 and enforces the policy's preemption through the driver's channel control or
-the launch gate. It serves the HTTP API, console and /metrics on --listen and
-on a root-only unix socket that arbiter ps and arbiter status read.
+the launch gate. It serves the HTTP API, console and /metrics on --listen
+(over HTTPS with --tls-cert and --tls-key; plain HTTP on a loopback address
+only, unless --listen-plain) and on a root-only unix socket that arbiter ps
+and arbiter status read.
 
 Settings come from the config file (--config, else /etc/arbiter/config.yaml
 when it exists), then the flags given, which win. SIGINT and SIGTERM undo every
@@ -68,7 +69,6 @@ start or by arbiter recover.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "YAML config file (default "+config.DefaultPath+" when it exists)")
 	fl.DurationVar(&f.requestGap, "request-gap", defaultRequestGap, "idle time after a latency-critical process's last synchronization that ends its request")
-	fl.BoolVar(&f.listenPlain, "listen-plain", false, "serve --listen over plain HTTP even when it is not a loopback address (a pod network Prometheus scrapes); reads are open there and the token of policy changes crosses the network in clear")
 	fl.StringVar(&f.nodeName, "node-name", "", "Kubernetes node name (the DaemonSet passes spec.nodeName): policies then see each process's pod namespace, name and labels from the API server")
 	fl.StringVar(&f.kubeletSocket, "kubelet-socket", "", "the kubelet's pod-resources socket (e.g. "+kube.DefaultPodResourcesSocket+"): pods named from their GPUs where the API server cannot")
 	for _, s := range config.Settings() {
@@ -149,7 +149,7 @@ func runDaemon(cmd *cobra.Command, f *runFlags) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	f.driver.allowUnverified = cfg.AllowUnverifiedDriver
-	d := &daemon{cfg: cfg, log: log, requestGap: f.requestGap, listenPlain: f.listenPlain, proc: procfs.New("/"), driver: &f.driver}
+	d := &daemon{cfg: cfg, log: log, requestGap: f.requestGap, proc: procfs.New("/"), driver: &f.driver}
 	if f.nodeName != "" || f.kubeletSocket != "" {
 		d.pods = kube.New(kube.Options{NodeName: f.nodeName, Client: kubeClient(f.nodeName), PodResourcesSocket: f.kubeletSocket,
 			OnChange: func(h kube.Health) { log.Info().Interface("kubernetes", h).Msg("pod metadata source changed") }})
@@ -168,17 +168,17 @@ func orNone(s string) string {
 // daemon is one run of `arbiter run`: what it opened, so that it closes
 // everything whatever way it stops.
 type daemon struct {
-	cfg         config.Config
-	log         zerolog.Logger
-	requestGap  time.Duration
-	listenPlain bool
-	proc        *procfs.FS
-	driver      *channelsOptions
-	pods        *kube.Resolver // nil off Kubernetes
-	keeper      *nvrm.Keeper
-	tracer      *uprobe.Tracer
-	policy      *livePolicy
-	eng         *engine.Engine
+	cfg        config.Config
+	log        zerolog.Logger
+	requestGap time.Duration
+	proc       *procfs.FS
+	driver     *channelsOptions
+	pods       *kube.Resolver // nil off Kubernetes
+	tls        *web.KeyPair   // nil: --listen serves plain HTTP
+	keeper     *nvrm.Keeper
+	tracer     *uprobe.Tracer
+	policy     *livePolicy
+	eng        *engine.Engine
 }
 
 // kubeClient is the API server source, on when the node name is known.
@@ -223,6 +223,13 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	}
 	if err != nil {
 		return err
+	}
+	// The TLS files too: a missing or wrong one is named now, not after
+	// the probes are in.
+	if d.cfg.TLSCert != "" {
+		if d.tls, err = web.LoadKeyPair(d.cfg.TLSCert, d.cfg.TLSKey, d.log); err != nil {
+			return fmt.Errorf("serve --listen over TLS (--tls-cert, --tls-key): %w", err)
+		}
 	}
 	if err := nvrm.MountBPFFS(d.cfg.BPFFS); err != nil {
 		return fmt.Errorf("bpffs at %s (--bpffs): %w", d.cfg.BPFFS, err)
@@ -272,7 +279,7 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		d.log.Warn().Err(err).Msg("systemd notification failed")
 	}
 	go d.watchdog(ctx)
-	d.log.Info().Str("listen", d.cfg.Listen).Str("socket", d.cfg.Socket).Str("policy", d.policy.describe()).
+	d.log.Info().Str("listen", d.cfg.Listen).Bool("tls", d.tls != nil).Str("socket", d.cfg.Socket).Str("policy", d.policy.describe()).
 		Str("channel_control", enf.describe()).Msg("arbiter running")
 	err = d.eng.Run(ctx)
 	_, _ = sdnotify.Stopping()

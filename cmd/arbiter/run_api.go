@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -66,23 +65,22 @@ func (d *daemon) serveAPI(node *nodeInfo) (*apiServer, error) {
 	d.log.Info().Str("token_file", tokenFile(d.cfg.StateDir)).Msg("API token for policy changes (POST requests)")
 	a := &apiServer{srv: srv, errs: make(chan error, 2)}
 	// ServeTCP refuses plain HTTP off loopback (the bearer token would
-	// cross the network in clear); both report a refused address or
-	// socket at once.
-	if d.listenPlain {
-		l, err := net.Listen("tcp", d.cfg.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("listen on %s (--listen): %w", d.cfg.Listen, err)
-		}
+	// cross the network in clear) unless --listen-plain; both report a
+	// refused address or socket at once.
+	tcp := &web.TCPOptions{TLS: d.tls, Plain: d.cfg.ListenPlain}
+	if tcp.Plain {
 		d.log.Warn().Str("listen", d.cfg.Listen).Msg("--listen-plain: serving plain HTTP; policy changes send the API token in clear")
-		go a.run(func() error { return srv.Serve(l) })
-	} else {
-		go a.run(func() error {
-			if err := srv.ServeTCP(d.cfg.Listen, "", ""); err != nil {
-				return fmt.Errorf("serve the API on %s (--listen): %w", d.cfg.Listen, err)
-			}
-			return nil
-		})
 	}
+	go a.run(func() error {
+		err := srv.ServeTCP(d.cfg.Listen, tcp)
+		switch {
+		case errors.Is(err, web.ErrPlainOffLoopback):
+			return fmt.Errorf("serve the API on %s (--listen): %w (--tls-cert and --tls-key; or --listen-plain, where only trusted clients reach the address)", d.cfg.Listen, err)
+		case err != nil:
+			return fmt.Errorf("serve the API on %s (--listen): %w", d.cfg.Listen, err)
+		}
+		return nil
+	})
 	go a.run(func() error {
 		if err := srv.ServeUnix(d.cfg.Socket); err != nil {
 			return fmt.Errorf("serve the API socket %s (--socket): %w", d.cfg.Socket, err)

@@ -41,6 +41,7 @@ type testDaemon struct {
 	t    *testing.T
 	node *recoverNode
 	dir  string
+	addr string // --listen
 	cmd  *exec.Cmd
 	log  *os.File
 	// exited receives the daemon's exit once.
@@ -50,8 +51,8 @@ type testDaemon struct {
 
 func startDaemon(t *testing.T, node *recoverNode, policyDir string, extra ...string) *testDaemon {
 	t.Helper()
-	d := &testDaemon{t: t, node: node, dir: filepath.Dir(node.stateDir)}
 	addr := freeAddr(t)
+	d := &testDaemon{t: t, node: node, dir: filepath.Dir(node.stateDir), addr: addr}
 	var err error
 	d.log, err = os.CreateTemp(d.dir, "daemon-*.log")
 	if err != nil {

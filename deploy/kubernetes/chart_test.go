@@ -245,12 +245,12 @@ func TestRenderDefaults(t *testing.T) {
 		checkSecurity(t, c, wantCaps, false)
 	}
 	wantArgs := []string{"run", "--config=/etc/arbiter/config.yaml", "--node-name=$(NODE_NAME)",
-		"--kubelet-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "--listen-plain"}
+		"--kubelet-socket=/var/lib/kubelet/pod-resources/kubelet.sock"}
 	if !slices.Equal(daemon.Args, wantArgs) {
 		t.Errorf("args %q, want %q", daemon.Args, wantArgs)
 	}
 	checkNodeName(t, daemon)
-	checkProbes(t, daemon, 9400)
+	checkProbes(t, daemon, 9400, corev1.URISchemeHTTP)
 	if daemon.Resources.Requests.Cpu().IsZero() || daemon.Resources.Requests.Memory().IsZero() || daemon.Resources.Limits.Memory().IsZero() {
 		t.Errorf("resources %+v: requests and a memory limit are needed", daemon.Resources)
 	}
@@ -298,11 +298,12 @@ func TestRenderDefaults(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(cfg.Data["config.yaml"]), &conf); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"policy": "/etc/arbiter/policy.d", "listen": ":9400", "state_dir": "/var/lib/arbiter",
+	want := map[string]any{"policy": "/etc/arbiter/policy.d", "listen": ":9400", "listen_plain": true, "state_dir": "/var/lib/arbiter",
 		"bpffs": "/sys/fs/bpf/arbiter", "log_format": "json", "log_level": "info", "allow_unverified_driver": false}
 	if !maps.EqualFunc(conf, want, func(a, b any) bool { return a == b }) {
 		t.Errorf("config.yaml = %v, want %v", conf, want)
 	}
+	checkConfigLoads(t, cfg.Data["config.yaml"])
 	if len(pol.Data) != 2 || !strings.Contains(pol.Data["policy.rego"], "package arbiter") || pol.Data["policy_test.rego"] == "" {
 		t.Errorf("policy ConfigMap keys %v: want the default policy and its tests", slices.Collect(maps.Keys(pol.Data)))
 	}
@@ -325,6 +326,15 @@ func TestRenderCustomValues(t *testing.T) {
 		eps, _, _ := unstructured.NestedSlice(u.Object, "spec", "endpoints")
 		if len(eps) != 1 || eps[0].(map[string]any)["path"] != "/metrics" || eps[0].(map[string]any)["port"] != "http" || eps[0].(map[string]any)["interval"] != "30s" {
 			t.Errorf("ServiceMonitor endpoints %v", eps)
+		}
+		// HTTPS (tls.secretName), with the values' TLS configuration.
+		if len(eps) == 1 {
+			ep := eps[0].(map[string]any)
+			tc, _ := ep["tlsConfig"].(map[string]any)
+			server, _ := tc["serverName"].(string)
+			if ep["scheme"] != "https" || server != "arbiter.arbiter.svc" {
+				t.Errorf("ServiceMonitor endpoint scheme %v, tlsConfig %v: want https with the values' tlsConfig", ep["scheme"], tc)
+			}
 		}
 		if u.GetLabels()["release"] != "prometheus" {
 			t.Errorf("ServiceMonitor labels %v", u.GetLabels())
@@ -350,7 +360,11 @@ func TestRenderCustomValues(t *testing.T) {
 	if !slices.Contains(daemon.Args, "--kubelet-socket=") || !slices.Contains(daemon.Args, "--log-level=debug") {
 		t.Errorf("args %q: want the kubelet socket turned off and the extra flag", daemon.Args)
 	}
-	checkProbes(t, daemon, 9500)
+	checkProbes(t, daemon, 9500, corev1.URISchemeHTTPS)
+	vols, m := volumes(spec), mounts(daemon)
+	if v := vols["tls"]; v.Secret == nil || v.Secret.SecretName != "arbiter-tls" || m["tls"].MountPath != "/etc/arbiter/tls" || !m["tls"].ReadOnly || m["tls"].SubPath != "" {
+		t.Errorf("TLS volume %+v, mount %+v: want the Secret whole, read-only, at /etc/arbiter/tls", v, m["tls"])
+	}
 	checkRBAC(t, r.objects, false)
 	if len(find[*corev1.ServiceAccount](r.objects)) != 0 || spec.ServiceAccountName != "gpu-readers" {
 		t.Errorf("service account %q", spec.ServiceAccountName)
@@ -360,11 +374,16 @@ func TestRenderCustomValues(t *testing.T) {
 		t.Errorf("policy ConfigMap %v: want the policies of the values", pol.Data)
 	}
 	cfg := configMap(t, find[*corev1.ConfigMap](r.objects), "-config")
-	for _, line := range []string{"listen: \":9500\"", "state_dir: /var/lib/arbiter-test", "bpffs: /sys/fs/bpf/arbiter-test", "log_level: debug", "allow_unverified_driver: true"} {
+	for _, line := range []string{"listen: \":9500\"", "tls_cert: /etc/arbiter/tls/tls.crt", "tls_key: /etc/arbiter/tls/tls.key",
+		"state_dir: /var/lib/arbiter-test", "bpffs: /sys/fs/bpf/arbiter-test", "log_level: debug", "allow_unverified_driver: true"} {
 		if !strings.Contains(cfg.Data["config.yaml"], line) {
 			t.Errorf("config.yaml lacks %q:\n%s", line, cfg.Data["config.yaml"])
 		}
 	}
+	if strings.Contains(cfg.Data["config.yaml"], "listen_plain") {
+		t.Errorf("listen_plain beside TLS:\n%s", cfg.Data["config.yaml"])
+	}
+	checkConfigLoads(t, cfg.Data["config.yaml"])
 }
 
 // TestRenderBundle: with a bundle server the daemon's configuration names
@@ -417,13 +436,7 @@ func TestRenderBundle(t *testing.T) {
 	if _, ok := conf["bundle_scope"]; ok {
 		t.Errorf("an empty scope written:\n%s", text)
 	}
-	cfg, err := config.Parse("config.yaml", []byte(text))
-	if err != nil {
-		t.Fatalf("the daemon refuses the chart's config.yaml: %v", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("the daemon refuses the chart's config.yaml: %v", err)
-	}
+	checkConfigLoads(t, text)
 
 	spec := one[*appsv1.DaemonSet](t, r.objects).Spec.Template.Spec
 	vols, m := volumes(spec), mounts(container(t, spec, "arbiter"))
@@ -457,6 +470,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"policy file name", "policies: {\"../x.rego\": \"package x\"}", "../x.rego"},
 		{"bundle URL", "bundle: {url: ftp://b/x.tar.gz, publicKey: {secretName: '', key: k}, keyAlg: '', keyID: default, scope: '', token: {secretName: '', key: t}, poll: 1m, timeout: 30s, maxBytes: 16MiB}", "/bundle/url"},
 		{"bundle settings in config", "config: {bundle_url: https://b/x.tar.gz}", "bundle_url"},
+		{"TLS files in config", "config: {tls_cert: /etc/arbiter/tls/tls.crt}", "tls_cert"},
+		{"TLS Secret misspelt", "tls: {secret: arbiter-tls}", "/tls"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -530,15 +545,27 @@ func checkNodeName(t *testing.T, c corev1.Container) {
 	t.Error("no NODE_NAME")
 }
 
-func checkProbes(t *testing.T, c corev1.Container, port int32) {
+func checkProbes(t *testing.T, c corev1.Container, port int32, scheme corev1.URIScheme) {
 	t.Helper()
 	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || c.Ports[0].ContainerPort != port {
 		t.Errorf("ports %+v, want http %d", c.Ports, port)
 	}
 	for path, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "http" {
-			t.Errorf("probe for %s: %+v", path, p)
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "http" || p.HTTPGet.Scheme != scheme {
+			t.Errorf("probe for %s: %+v, want %s", path, p, scheme)
 		}
+	}
+}
+
+// checkConfigLoads: the daemon loads the chart's config.yaml as it is.
+func checkConfigLoads(t *testing.T, text string) {
+	t.Helper()
+	cfg, err := config.Parse("config.yaml", []byte(text))
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		t.Fatalf("the daemon refuses the chart's config.yaml: %v\n%s", err, text)
 	}
 }
 

@@ -47,6 +47,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "arbiter.policyDir" -}}/etc/arbiter/policy.d{{- end -}}
 {{- define "arbiter.bundleKeyDir" -}}/etc/arbiter/bundle-key{{- end -}}
 {{- define "arbiter.bundleTokenDir" -}}/etc/arbiter/bundle-token{{- end -}}
+{{- define "arbiter.tlsDir" -}}/etc/arbiter/tls{{- end -}}
 {{- define "arbiter.socketPath" -}}/var/lib/kubelet/pod-resources/kubelet.sock{{- end -}}
 
 {{/*
