@@ -30,10 +30,20 @@ func (s *Simulator) control(f func()) error {
 		f()
 		return s.err
 	}
-	s.controls = append(s.controls, f)
-	s.schedule(event{t: s.now + s.cfg.controlLatency, kind: evControl})
+	if !s.room() {
+		return s.err
+	}
+	at := ctlEvent{t: s.now + s.cfg.controlLatency, seq: s.q.next()}
+	s.controls, s.ctlAt = append(s.controls, f), append(s.ctlAt, at)
+	if len(s.controls)-s.ctlHead == 1 {
+		s.q.set(s.ctlSrc, at.t, at.seq)
+	}
 	return s.err
 }
+
+// ctlEvent is when a waiting enforcement action is due: its time and
+// the order it was scheduled in, among all events.
+type ctlEvent struct{ t, seq uint64 }
 
 // SetTimeslice sets pid's channel-group timeslice; it applies from the
 // current slice on: a group on the engine keeps its slice's start, and its

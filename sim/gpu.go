@@ -36,7 +36,7 @@ type gpu struct {
 	contended  bool   // the scheduled decision includes a slice expiry
 	drain      bool   // a preemption is pending: the kernel drains until drainEnd
 	drainEnd   uint64
-	gen        uint64
+	src        int32 // event source of its decisions
 
 	// Spatial mode: every runnable group's kernel co-runs.
 	running []*proc
@@ -49,12 +49,18 @@ type gpu struct {
 
 	copyQ   [2][]*proc
 	copyCur [2]*proc
+	copySrc [2]int32 // event sources of the copies in flight
 
 	st GPUStats
 }
 
 func newGPU(s *Simulator, idx int) *gpu {
-	return &gpu{s: s, idx: idx, prio: s.cfg.mode == ModePriority || s.cfg.mode == ModeRequestPriority}
+	g := &gpu{s: s, idx: idx, prio: s.cfg.mode == ModePriority || s.cfg.mode == ModeRequestPriority}
+	g.src = s.q.add(evGPU, int32(idx))
+	for d := range g.copySrc {
+		g.copySrc[d] = s.q.add(evCopy, int32(idx*2+d))
+	}
+	return g
 }
 
 // entries is how many runlist slots an interleave level gets.
@@ -254,8 +260,7 @@ func (g *gpu) plan(now uint64) {
 }
 
 func (g *gpu) scheduleAt(t uint64) {
-	g.gen++
-	g.s.schedule(event{t: t, kind: evGPU, id: int32(g.idx), gen: g.gen})
+	g.s.schedule(g.src, t)
 }
 
 // account charges the running kernels for the time since the last
@@ -566,7 +571,7 @@ func (g *gpu) startCopy(d int, p *proc, now uint64) {
 	g.copyCur[d] = p
 	dur := p.head().dur
 	g.st.CopyTime[d] += dur
-	g.s.schedule(event{t: now + dur, kind: evCopy, id: int32(g.idx*2 + d)})
+	g.s.schedule(g.copySrc[d], now+dur)
 }
 
 // copyDone retires the copy on engine d and starts the next one queued.

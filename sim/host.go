@@ -189,7 +189,7 @@ type proc struct {
 	gated     bool
 
 	host      hostState
-	hostGen   uint64
+	src       int32 // event source of its host's wake-ups
 	pending   Op
 	hasPend   bool
 	syncStart uint64
@@ -236,8 +236,7 @@ func (p *proc) runnable() bool {
 
 // wakeAt schedules the host to run at t.
 func (s *Simulator) wakeAt(p *proc, t uint64) {
-	p.hostGen++
-	s.schedule(event{t: t, kind: evHost, id: int32(p.idx), gen: p.hostGen})
+	s.schedule(p.src, t)
 }
 
 // wakeHost resumes a blocked host if what it waits for has happened.

@@ -82,8 +82,10 @@ type Simulator struct {
 	timeline []Segment
 	dropped  uint64
 
-	controls []func() // enforcement actions waiting for ControlLatency
+	controls []func()   // enforcement actions waiting for ControlLatency
+	ctlAt    []ctlEvent // when each is due
 	ctlHead  int
+	ctlSrc   int32 // the event source of the oldest
 }
 
 // New returns a simulator with no processes.
@@ -96,6 +98,7 @@ func New(opts *Options) (*Simulator, error) {
 	for i := 0; i < cfg.gpus; i++ {
 		s.gpus = append(s.gpus, newGPU(s, i))
 	}
+	s.ctlSrc = s.q.add(evControl, 0)
 	return s, nil
 }
 
@@ -129,6 +132,7 @@ func (s *Simulator) Add(p Process) (uint32, error) {
 		idx: len(s.procs), pid: FirstPID + uint32(len(s.procs)), name: p.Name, class: p.Class,
 		gpu: p.GPU, prog: p.Program, timeslice: ts, interleave: il, copyAt: -1,
 	}
+	pr.src = s.q.add(evHost, int32(pr.idx))
 	s.procs = append(s.procs, pr)
 	s.gpus[p.GPU].addProc(pr)
 	return pr.pid, nil
@@ -207,26 +211,24 @@ func (s *Simulator) step() bool {
 		return false
 	}
 	e := s.q.pop()
+	kind, id := e.kind, e.id
 	s.now = e.t
-	switch e.kind {
+	switch kind {
 	case evGPU:
-		g := s.gpus[e.id]
-		if e.gen == g.gen {
-			g.onEvent(s.now)
-		}
+		s.gpus[id].onEvent(s.now)
 	case evCopy:
-		s.gpus[e.id/2].copyDone(int(e.id%2), s.now)
+		s.gpus[id/2].copyDone(int(id%2), s.now)
 	case evHost:
-		p := s.procs[e.id]
-		if e.gen == p.hostGen {
-			s.wakeHost(p, s.now)
-		}
+		s.wakeHost(s.procs[id], s.now)
 	case evControl:
 		f := s.controls[s.ctlHead]
 		s.controls[s.ctlHead] = nil
 		s.ctlHead++
 		if s.ctlHead == len(s.controls) {
-			s.controls, s.ctlHead = s.controls[:0], 0
+			s.controls, s.ctlAt, s.ctlHead = s.controls[:0], s.ctlAt[:0], 0
+		} else {
+			at := s.ctlAt[s.ctlHead]
+			s.q.set(s.ctlSrc, at.t, at.seq)
 		}
 		f()
 	}
@@ -247,14 +249,29 @@ func (s *Simulator) finish() {
 	}
 }
 
-// schedule queues an event, failing the run past the queue bound.
-func (s *Simulator) schedule(e event) {
-	if s.q.len() >= s.cfg.maxEvents {
-		s.fail(fmt.Errorf("event queue bound %d reached at %v: the workload is too large for the configured memory bound (raise max events)",
-			s.cfg.maxEvents, time.Duration(s.now)))
+// schedule makes source i's pending event the one at t (replacing the
+// one it had), failing the run past the bound on pending events.
+func (s *Simulator) schedule(i int32, t uint64) {
+	if !s.q.pending(i) && !s.room() {
 		return
 	}
-	s.q.push(e)
+	s.q.set(i, t, s.q.next())
+}
+
+// room reports whether one more event may be pending, failing the run if
+// not. Events pending are one per source at most, plus the enforcement
+// actions waiting behind the oldest.
+func (s *Simulator) room() bool {
+	n := s.q.len()
+	if len(s.controls) > s.ctlHead {
+		n += len(s.controls) - s.ctlHead - 1
+	}
+	if n >= s.cfg.maxEvents {
+		s.fail(fmt.Errorf("event queue bound %d reached at %v: the workload is too large for the configured memory bound (raise max events)",
+			s.cfg.maxEvents, time.Duration(s.now)))
+		return false
+	}
+	return true
 }
 
 // fail records the run's first error; the run stops at the next step.
