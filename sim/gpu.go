@@ -344,19 +344,17 @@ func (g *gpu) onEvent(now uint64) {
 // toKernelEnd is the work left in p's kernel in flight.
 func (g *gpu) toKernelEnd(p *proc) uint64 {
 	it := p.head()
-	g.s.kernels(p, it)
-	return it.toKernelEnd()
+	w := it.toKernelEnd()
+	g.s.checkBurst(p, it)
+	return w
 }
 
-// atBoundary reports whether no kernel of p's head item is part way; only
-// then does a burst launched without its durations need them.
+// atBoundary reports whether no kernel of p's head item is part way.
 func (g *gpu) atBoundary(p *proc) bool {
 	it := p.head()
-	if it.left == it.dur || it.left == 0 {
-		return true
-	}
-	g.s.kernels(p, it)
-	return it.atBoundary()
+	b := it.atBoundary()
+	g.s.checkBurst(p, it)
+	return b
 }
 
 // complete retires p's head kernel (or burst).

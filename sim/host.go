@@ -53,11 +53,11 @@ type Op struct {
 	Durs []uint64
 	// Burst, with OpKernel and no Durs, launches Count kernels whose
 	// durations sum to Dur without handing the durations over: the
-	// simulator asks Burst for them only if it must know where one of
-	// them ends (a preemption waiting for the kernel in flight, a count of
-	// the kernels done part way), which most bursts never need. A program
-	// that knows a burst's total before its parts (another run of the same
-	// comparison drew them) saves drawing them.
+	// simulator asks Burst for them only as far as it must know where one
+	// of them ends (a preemption inside the burst, a count of the kernels
+	// done part way), which most bursts never need. A program that knows
+	// a burst's total before its parts (another run of the same
+	// comparison drew them) saves drawing them, or all but the first.
 	Burst Burst
 	Count uint32
 }
@@ -65,12 +65,15 @@ type Op struct {
 // Burst supplies the kernel durations of a burst launched without them
 // (Op.Burst).
 type Burst interface {
-	// Kernels returns the burst's Count kernel durations in launch order,
-	// none zero, summing to the Op's Dur. The simulator calls it at most
-	// once per launch, while those kernels are queued: the program must
-	// be able to answer until a synchronization after the launch has
-	// returned, and must not change the slice before then.
-	Kernels() []uint64
+	// Kernels returns the durations of the burst's first kernels in
+	// launch order: at least n of them (1 ≤ n ≤ Count), at most Count,
+	// none zero; all Count sum to the Op's Dur. The simulator asks for
+	// more as it needs them, n growing from one call to the next; a
+	// program may answer with more than asked. It asks only while the
+	// burst's kernels are queued: the program must be able to answer
+	// until a synchronization after the launch has returned, and must not
+	// change what it returned before then.
+	Kernels(n int) []uint64
 }
 
 // Program is a simulated process's host program. Next is called whenever
@@ -105,30 +108,70 @@ type item struct {
 	ki   uint32 // a burst's kernel in progress
 	dur  uint64 // kernels: exclusive duration, summed; copy: modelled duration
 	left uint64 // kernel work left (ns of exclusive time)
+	// durs holds a burst's kernel durations, or, for one launched by its
+	// total (Op.Burst), those of its first kernels asked for so far from
+	// lazy, which sum to sum.
 	durs []uint64
-	kend uint64 // a burst's work at the end of kernel ki
-	// lazy supplies durs when a burst launched without them first needs
-	// them (see Simulator.kernels).
+	kend uint64 // a burst's work at the end of kernel ki (0: not yet known)
 	lazy Burst
+	sum  uint64
+	err  error // lazy answered with durations that do not fit the launch
 }
-
-// The methods below that look inside a burst (toKernelEnd, atBoundary
-// part way, kernelsDone part way) need its durations at hand: a burst
-// launched without them gets them from Simulator.kernels first.
 
 // seek moves a burst's cursor to the kernel in progress: the first that
 // has not ended.
 func (it *item) seek() {
-	done := it.dur - it.left
-	for int(it.ki)+1 < len(it.durs) && it.kend <= done {
-		it.ki++
-		it.kend += it.durs[it.ki]
+	if it.kend == 0 {
+		it.kend = it.kernel(0)
 	}
+	done := it.dur - it.left
+	for int(it.ki)+1 < int(it.n) && it.kend <= done {
+		it.ki++
+		it.kend += it.kernel(int(it.ki))
+	}
+}
+
+// kernel returns the duration of the burst's kernel i, asking for more of
+// them if it was launched by its total.
+func (it *item) kernel(i int) uint64 {
+	if i >= len(it.durs) {
+		it.more(i + 1)
+	}
+	return it.durs[i]
+}
+
+// more asks a burst launched by its total for the durations of at least
+// its first n kernels, and checks them against the launch. Durations that
+// do not fit are replaced by ones that do (the whole total in the first
+// kernel), and err is set for the simulator to fail the run.
+func (it *item) more(n int) {
+	if it.lazy != nil {
+		durs := it.lazy.Kernels(n)
+		ok := len(durs) >= n && len(durs) <= int(it.n)
+		sum := it.sum
+		for i := len(it.durs); ok && i < len(durs); i++ {
+			ok = durs[i] > 0
+			sum += durs[i]
+		}
+		if left := uint64(int(it.n) - len(durs)); ok && (sum > it.dur || it.dur-sum < left || (left == 0 && sum != it.dur)) {
+			ok = false
+		}
+		if ok {
+			it.durs, it.sum = durs, sum
+			return
+		}
+		it.err = fmt.Errorf("a burst of %d kernels summing to %v gave durations that do not fit it (%d of them summing to %v, none may be zero)",
+			it.n, time.Duration(it.dur), len(durs), time.Duration(sum))
+		it.lazy = nil
+	}
+	durs := make([]uint64, it.n)
+	durs[0] = it.dur
+	it.durs = durs
 }
 
 // toKernelEnd is the work left in the kernel in flight.
 func (it *item) toKernelEnd() uint64 {
-	if it.durs == nil {
+	if it.n == 1 {
 		return it.left
 	}
 	it.seek()
@@ -142,7 +185,7 @@ func (it *item) atBoundary() bool {
 	if done == 0 || it.left == 0 {
 		return true
 	}
-	if it.durs == nil {
+	if it.n == 1 {
 		return false
 	}
 	it.seek()
@@ -154,7 +197,7 @@ func (it *item) kernelsDone() (n, work uint64) {
 	switch {
 	case it.left == 0:
 		return uint64(it.n), it.dur
-	case it.durs == nil:
+	case it.n == 1:
 		return 0, 0
 	}
 	it.seek()
@@ -363,28 +406,13 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 	}
 }
 
-// kernels makes sure the durations of a burst launched without them
-// (Op.Burst) are at hand, asking the program for them the first time. A
-// program that answers with durations that do not match the launch fails
-// the run.
-func (s *Simulator) kernels(p *proc, it *item) {
-	if it.lazy == nil {
-		return
+// checkBurst fails the run if p's burst it answered with durations that
+// do not fit its launch.
+func (s *Simulator) checkBurst(p *proc, it *item) {
+	if it.err != nil {
+		s.fail(fmt.Errorf("process %s at %v: %w", p.name, time.Duration(s.now), it.err))
+		it.err = nil
 	}
-	durs := it.lazy.Kernels()
-	it.lazy = nil
-	var sum uint64
-	ok := len(durs) == int(it.n)
-	for _, d := range durs {
-		ok = ok && d > 0
-		sum += d
-	}
-	if !ok || sum != it.dur {
-		s.fail(fmt.Errorf("process %s at %v: a burst of %d kernels summing to %v gave %d durations summing to %v (none may be zero)",
-			p.name, time.Duration(s.now), it.n, time.Duration(it.dur), len(durs), time.Duration(sum)))
-		durs = []uint64{it.dur} // consistent until the run stops
-	}
-	it.durs, it.kend = durs, durs[0]
 }
 
 // completeSync finishes a synchronization (and the request it ends).

@@ -408,14 +408,23 @@ func TestGate(t *testing.T) {
 }
 
 // lazyBurst hands over a burst's durations only when asked (Op.Burst),
-// counting the times it was.
+// all of them or, if exact, as many as asked for, counting the times it
+// was asked and checking that each asks for more than the last.
 type lazyBurst struct {
-	durs  []uint64
-	asked int
+	durs   []uint64
+	exact  bool
+	asked  int
+	last   int
+	shrank bool
 }
 
-func (b *lazyBurst) Kernels() []uint64 {
+func (b *lazyBurst) Kernels(n int) []uint64 {
 	b.asked++
+	b.shrank = b.shrank || n <= b.last
+	b.last = n
+	if b.exact {
+		return b.durs[:n]
+	}
 	return b.durs
 }
 
@@ -434,6 +443,7 @@ func TestBurstEqualsLaunches(t *testing.T) {
 		single = iota
 		eager
 		lazy
+		exact
 	)
 	one := func(how int, bursts *[]*lazyBurst) Program {
 		sc := &script{}
@@ -441,8 +451,8 @@ func TestBurstEqualsLaunches(t *testing.T) {
 			switch how {
 			case eager:
 				sc.ops = append(sc.ops, Op{Kind: OpKernel, Durs: durs})
-			case lazy:
-				b := &lazyBurst{durs: durs}
+			case lazy, exact:
+				b := &lazyBurst{durs: durs, exact: how == exact}
 				*bursts = append(*bursts, b)
 				sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: total, Count: uint32(len(durs)), Burst: b})
 			default:
@@ -456,7 +466,7 @@ func TestBurstEqualsLaunches(t *testing.T) {
 	}
 	for _, mode := range []Mode{ModeTimeslice, ModeSpatial, ModePriority} {
 		for _, gran := range []Granularity{GranularityInstruction, GranularityBlock, GranularityKernel} {
-			var got [3]string
+			var got [4]string
 			var bursts []*lazyBurst
 			for how := range got {
 				s, _ := mustSim(t, &Options{Mode: mode, Granularity: gran, Timeslice: 500 * time.Microsecond},
@@ -479,12 +489,20 @@ func TestBurstEqualsLaunches(t *testing.T) {
 			if got[single] != got[lazy] {
 				t.Errorf("%v/%v: lazy burst differs from single launches:\n%s\n%s", mode, gran, got[single], got[lazy])
 			}
+			if got[single] != got[exact] {
+				t.Errorf("%v/%v: lazy burst answering as asked differs from single launches:\n%s\n%s", mode, gran, got[single], got[exact])
+			}
 			asked := 0
 			for _, b := range bursts {
-				if b.asked > 1 {
-					t.Errorf("%v/%v: a lazy burst was asked for its durations %d times, want at most once", mode, gran, b.asked)
+				if !b.exact && b.asked > 1 {
+					t.Errorf("%v/%v: a lazy burst that gave all its durations was asked %d times, want at most once", mode, gran, b.asked)
 				}
-				asked += b.asked
+				if b.shrank {
+					t.Errorf("%v/%v: a lazy burst was asked for no more than the time before", mode, gran)
+				}
+				if b.asked > 0 {
+					asked++
+				}
 			}
 			t.Logf("%v/%v: %d of %d lazy bursts asked for their durations", mode, gran, asked, len(bursts))
 		}
@@ -503,7 +521,7 @@ func TestBurstEvents(t *testing.T) {
 			case 1:
 				sc.ops = append(sc.ops, Op{Kind: OpKernel, Durs: durs})
 			case 2:
-				sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: &lazyBurst{durs: durs}})
+				sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: &lazyBurst{durs: durs, exact: true}})
 			default:
 				for _, d := range durs {
 					sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: d})

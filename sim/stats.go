@@ -91,10 +91,8 @@ func (s *Simulator) Stats() Stats {
 		ps.KernelsInFlight = uint64(p.kernels)
 		if !p.empty() && p.head().kind == OpKernel {
 			// A burst part way: its kernels that ended are done.
-			if h := p.head(); h.left > 0 && h.left < h.dur {
-				s.kernels(p, h)
-			}
 			n, work := p.head().kernelsDone()
+			s.checkBurst(p, p.head())
 			ps.KernelsCompleted += n
 			ps.CompletedWork += work
 			ps.KernelsInFlight -= n

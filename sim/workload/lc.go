@@ -114,10 +114,9 @@ type lcProgram struct {
 	si, rep  int
 	needSync bool
 
-	// A request's service times, drawn in order when it begins (or read
-	// from draws, where another run drew them): order lists their
-	// samplers, seg is the next segment of them to hand over.
-	order []drawRun
+	// A request's service times, drawn when it begins (or read from
+	// draws, where another run drew them); seg is the next segment of
+	// them to hand over.
 	draws *keyed
 	seg   int
 
@@ -167,13 +166,10 @@ func (p *lcProgram) begin(r request) sim.Op {
 	return sim.Op{Kind: sim.OpBegin, At: r.at}
 }
 
-// fill draws the service times of the request with the given seed.
-func (p *lcProgram) fill(_, seed uint64, buf []uint64) {
+// seed seeds the generator of the service times of the request with the
+// given seed.
+func (p *lcProgram) seed(_, seed uint64) {
 	p.pcg.Seed(seed, p.stream)
-	for _, run := range p.order {
-		run.s.drawInto(p.svc, buf[:run.n])
-		buf = buf[run.n:]
-	}
 }
 
 // next returns the index of the request's next segment of draws.

@@ -147,8 +147,8 @@ func (f *File) Workloads() ([]Workload, error) {
 				newDispatcher: newDispatcher,
 				newProgram: func(seed, _ uint64, d *dispatcher, draws *Draws) sim.Program {
 					pcg := rand.NewPCG(0, 0)
-					p := &lcProgram{d: d, pcg: pcg, svc: rand.New(pcg), stream: h, steps: steps, order: order}
-					p.draws = newKeyed(shape, p.fill, draws.stream(streamID(lc.Name, false), len(shape)))
+					p := &lcProgram{d: d, pcg: pcg, svc: rand.New(pcg), stream: h, steps: steps}
+					p.draws = newKeyed(shape, order, p.svc, p.seed, draws.stream(streamID(lc.Name, false), len(shape)))
 					return p
 				},
 			})
@@ -169,12 +169,12 @@ func (f *File) Workloads() ([]Workload, error) {
 			Name: be.Name, Group: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be", Labels: be.Labels, Env: be.Env,
 			newProgram: func(seed, _ uint64, _ *dispatcher, draws *Draws) sim.Program {
 				pcg := rand.NewPCG(0, 0)
-				p := &beProgram{pcg: pcg, svc: rand.New(pcg), seed: seed, stream: ^nameHash(be.Name), kernel: k, every: every, gap: gap}
-				shape := []segment{{off: 0, n: every, burst: true}}
+				p := &beProgram{pcg: pcg, svc: rand.New(pcg), runSeed: seed, stream: ^nameHash(be.Name), kernel: k, every: every, gap: gap}
+				shape, runs := []segment{{off: 0, n: every, burst: true}}, []drawRun{{k, every}}
 				if gap != nil {
-					shape = append(shape, segment{off: every, n: 1})
+					shape, runs = append(shape, segment{off: every, n: 1}), append(runs, drawRun{gap, 1})
 				}
-				p.draws = newKeyed(shape, p.fill, draws.stream(streamID(be.Name, true), len(shape)))
+				p.draws = newKeyed(shape, runs, p.svc, p.seed, draws.stream(streamID(be.Name, true), len(shape)))
 				return p
 			},
 		})
@@ -502,12 +502,12 @@ func compileSteps(in []Step) []step {
 // run's seed, the workload's name and the cycle's number, so they are
 // the same in every run, drawn in any order, and shared through draws.
 type beProgram struct {
-	pcg          *rand.PCG
-	svc          *rand.Rand
-	seed, stream uint64
-	kernel       *sampler
-	gap          *sampler
-	every        int
+	pcg             *rand.PCG
+	svc             *rand.Rand
+	runSeed, stream uint64
+	kernel          *sampler
+	gap             *sampler
+	every           int
 
 	draws   *keyed // segments: the cycle's kernels, its gap
 	cycle   uint64
@@ -515,13 +515,10 @@ type beProgram struct {
 	synced  bool
 }
 
-// fill draws cycle's service times in the order they are used.
-func (p *beProgram) fill(cycle, _ uint64, buf []uint64) {
-	p.pcg.Seed(p.seed, mix(p.stream^cycle))
-	p.kernel.drawInto(p.svc, buf[:p.every])
-	if p.gap != nil {
-		buf[p.every] = p.gap.draw(p.svc)
-	}
+// seed seeds the generator of cycle's service times (its kernels', then
+// its gap's).
+func (p *beProgram) seed(cycle, _ uint64) {
+	p.pcg.Seed(p.runSeed, mix(p.stream^cycle))
 }
 
 // Next implements sim.Program.

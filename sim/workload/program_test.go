@@ -3,6 +3,7 @@ package workload
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ func opString(op sim.Op) string {
 	switch op.Kind {
 	case sim.OpKernel:
 		if op.Burst != nil {
-			durs := op.Burst.Kernels()
+			durs := op.Burst.Kernels(int(op.Count))
 			var sum uint64
 			for _, d := range durs {
 				sum += d
@@ -344,7 +345,7 @@ lc:
       - host: {duration: {dist: exp, mean: 20us}}
       - kernel: {duration: {dist: uniform, min: 10us, max: 30us}, sync_each: true}
 be:
-  - {name: b, gpu: 0, kernel: {dist: lognormal, mean: 1ms, cv: 0.2}, sync_every: 5, host_gap: {dist: exp, mean: 1ms}}
+  - {name: b, gpu: 0, kernel: {dist: lognormal, mean: 1ms, cv: 0.2}, sync_every: 40, host_gap: {dist: exp, mean: 1ms}}
 `
 	f, err := Parse([]byte(spec), "s.yaml")
 	if err != nil {
@@ -366,7 +367,17 @@ be:
 				t.Fatal(err)
 			}
 			if kb, ok := op.Burst.(*keyedBurst); ok && kb.k.full == nil {
+				// Asked for a few kernels first, as a preemption asks, a
+				// burst launched from its summary draws only those again,
+				// and they begin what it gives when asked for all.
 				summarized++
+				first := slices.Clone(op.Burst.Kernels(1))
+				if len(first) < 1 || len(first) > int(op.Count) || len(first) == int(op.Count) && op.Count > burstChunk {
+					t.Fatalf("asked for 1 of %d kernels, got %d", op.Count, len(first))
+				}
+				if all := op.Burst.Kernels(int(op.Count)); !slices.Equal(first, all[:len(first)]) {
+					t.Fatalf("asked for 1 kernel, got %v; asked for all, got %v", first, all)
+				}
 			}
 			if op.Kind == sim.OpWaitUntil {
 				now = op.At
