@@ -36,10 +36,11 @@ type Options struct {
 	// synchronizing call returns, a process this long without a driver
 	// call is idle. Zero: idle as soon as a synchronization returns.
 	IdleGap time.Duration
-	// RequestTimeout ends a request whose process has made no
-	// synchronizing call for this long after its last launch or copy, so
-	// that a process that never synchronizes cannot hold best-effort work
-	// off a GPU for ever. Zero: DefaultRequestTimeout.
+	// RequestTimeout ends a request whose latest call was a launch or
+	// copy once this long has passed after the request's latest end (see
+	// trace.RequestTracker), so that a process that never synchronizes
+	// cannot hold best-effort work off a GPU for ever. Zero:
+	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// ControlInterval is the control loop's period (victims, SLO feedback,
 	// quotas' accounting, the snapshot). Zero: DefaultControlInterval.

@@ -265,9 +265,9 @@ func (e *Engine) chooseVictims() {
 			Level: p.level, GPUs: p.gpus, Suspended: p.state() != StateRunning})
 		if p.plan.LatencyCritical {
 			for _, g := range p.gpus {
-				b := BusyGPU{PID: pid, Class: p.plan.Class, GPU: g, Active: p.req.active}
-				if p.req.active {
-					b.AgeNS = e.now - p.req.start
+				b := BusyGPU{PID: pid, Class: p.plan.Class, GPU: g, Active: p.req.busy.Active()}
+				if b.Active {
+					b.AgeNS = e.now - p.req.busy.Current().Start
 				}
 				st.Busy = append(st.Busy, b)
 			}

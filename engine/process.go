@@ -51,11 +51,13 @@ type proc struct {
 	// level is the enforcement the planner applies to it; limit says why
 	// it is weaker than the plan's, "" when it is not.
 	level sched.Level
-	limit string
-	// hold per GPU index position (parallel to gpus), and whether the
-	// enforcement is a gate rather than a channel suspend.
-	hold  []uint8
-	gated bool
+	// gated: its enforcement is a gate rather than a channel suspend;
+	// preempted: its open request's GPUs' victims have been held for it
+	// (both beside level, so that the three bytes share a word).
+	gated, preempted bool
+	limit            string
+	// hold per GPU index position (parallel to gpus).
+	hold []uint8
 	// channelErr is why channel control failed on it, if it did: it is
 	// then gated where the node can gate it.
 	channelErr string
@@ -125,7 +127,8 @@ func (e *Engine) exit(pid uint32) {
 // add enters a process into the table, classifies it and applies its
 // registration-time enforcement.
 func (e *Engine) add(pid uint32, comm string, cgroup uint64) *proc {
-	p := &proc{key: sched.ProcessKey{PID: pid}, comm: comm, cgroup: cgroup, firstSeen: e.now, lastSeen: e.now}
+	p := &proc{key: sched.ProcessKey{PID: pid}, comm: comm, cgroup: cgroup, firstSeen: e.now, lastSeen: e.now,
+		req: request{busy: trace.NewRequestTracker(e.opts.IdleGap, e.opts.RequestTimeout)}}
 	p.gpus = []int{0}
 	if e.opts.Placement != nil {
 		if g := e.opts.Placement.GPUs(pid); len(g) > 0 {
@@ -146,7 +149,7 @@ func (e *Engine) add(pid uint32, comm string, cgroup uint64) *proc {
 // A latency-critical process that goes mid-request ends its request, so
 // that the victims held for it are let go.
 func (e *Engine) remove(p *proc, why string) {
-	if p.req.active {
+	if p.req.busy.Active() {
 		e.finish(p)
 	}
 	if err := e.releaseProc(p, why); err != nil {

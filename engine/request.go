@@ -10,14 +10,12 @@ import (
 )
 
 // request tracks a latency-critical process's requests (ARCHITECTURE.md,
-// "Requests and SLOs"): a busy period from its first driver call after an
-// idle gap to the return of its last call before the next gap.
+// "Requests and SLOs"): the busy periods trace.RequestTracker finds in its
+// calls and what they add up to (whether the planner held the open one's
+// victims is proc.preempted).
 type request struct {
-	active    bool
-	start     uint64 // entry of its first call
-	end       uint64 // latest end (entry, plus duration for a synchronization)
-	preempted bool   // its GPUs' victims have been held for it
-	gen       uint64 // invalidates timers armed for an earlier state
+	busy trace.RequestTracker
+	gen  uint64 // invalidates timers armed for an earlier state
 	// lastEnd is when the previous request ended; the predictor learns the
 	// idle gaps and durations (exponentially weighted, α = 1/8).
 	lastEnd  uint64
@@ -127,12 +125,8 @@ func attainment(n, within uint64) float64 {
 // the request when the process goes idle.
 func (e *Engine) lcCall(p *proc, ev *trace.Event) {
 	r := &p.req
-	end := ev.Time
-	if ev.Kind == trace.KindSync {
-		end += ev.Sync.Duration
-	}
-	if !r.active {
-		r.active, r.start, r.end, r.preempted = true, ev.Time, end, false
+	if r.busy.Call(ev) {
+		p.preempted = false
 		r.gen++
 		if r.lastEnd != 0 && ev.Time > r.lastEnd {
 			r.learn(&r.gap, float64(ev.Time-r.lastEnd))
@@ -144,10 +138,8 @@ func (e *Engine) lcCall(p *proc, ev *trace.Event) {
 			gs.harvestGen++ // a pending harvest decision is moot
 		}
 	}
-	r.start = min(r.start, ev.Time)
-	r.end = max(r.end, end)
-	if !r.preempted && (p.plan.PrePreemptionHint || ev.Kind == trace.KindLaunch) && e.escalated(p) {
-		r.preempted = true
+	if !p.preempted && (p.plan.PrePreemptionHint || ev.Kind == trace.KindLaunch) && e.escalated(p) {
+		p.preempted = true
 		for _, g := range p.gpus {
 			e.preemptGPU(g, p)
 		}
@@ -155,15 +147,15 @@ func (e *Engine) lcCall(p *proc, ev *trace.Event) {
 	// Only a synchronization's return can start the idle gap: while a
 	// process waits in one, it makes no call the tracer reports (calls are
 	// reported at their return), and it is not idle. A process that never
-	// synchronizes is taken idle after RequestTimeout.
+	// synchronizes is taken idle after RequestTimeout (the tracker's
+	// deadline after a launch or copy).
 	r.gen++
-	switch {
-	case ev.Kind != trace.KindSync:
-		e.tm.push(timer{at: ev.Time + uint64(e.opts.RequestTimeout), kind: timerIdle, p: p, gen: r.gen})
-	case e.opts.IdleGap == 0:
+	if ev.Kind == trace.KindSync && e.opts.IdleGap == 0 {
 		e.finish(p)
-	default:
-		e.tm.push(timer{at: r.end + uint64(e.opts.IdleGap), kind: timerIdle, p: p, gen: r.gen})
+		return
+	}
+	if at, ok := r.busy.Deadline(); ok {
+		e.tm.push(timer{at: at, kind: timerIdle, p: p, gen: r.gen})
 	}
 }
 
@@ -185,14 +177,14 @@ func (r *request) learn(m *float64, x float64) {
 // says the coming gap is too short to be worth it).
 func (e *Engine) finish(p *proc) {
 	r := &p.req
-	if !r.active {
+	if !r.busy.Active() {
 		return
 	}
-	r.active = false
+	req := r.busy.End()
 	r.gen++
-	lat := r.end - r.start
+	lat := req.Latency()
 	r.learn(&r.dur, float64(lat))
-	r.lastEnd = r.end
+	r.lastEnd = req.End
 	met := p.plan.HasSLO && lat <= uint64(p.plan.LatencyTarget)
 	r.stats.add(e.now, lat, met, p.plan.HasSLO, uint64(p.plan.Window))
 	if c := p.cls; c != nil {

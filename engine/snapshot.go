@@ -199,7 +199,7 @@ func (e *Engine) publish() {
 			PID: pid, Comm: p.comm, Class: p.plan.Class, Priority: p.plan.Priority, Reason: p.reason, Fallback: p.fallback,
 			Planned: p.plan.Level, Level: p.level, Limit: p.limit, State: p.state(), GPUs: slices.Clone(p.gpus),
 			LatencyCritical: p.plan.LatencyCritical, Launches: p.launches, Copies: p.copies, Syncs: p.syncs,
-			FirstSeen: p.firstSeen, LastSeen: p.lastSeen, Latency: e.latencyView(&p.req.stats, p.plan, p.req.active),
+			FirstSeen: p.firstSeen, LastSeen: p.lastSeen, Latency: e.latencyView(&p.req.stats, p.plan, p.req.busy.Active()),
 		})
 	}
 	for _, name := range e.classNames() {

@@ -72,7 +72,7 @@ func (e *Engine) fire(t timer) {
 	switch t.kind {
 	case timerIdle:
 		p := t.p
-		if p.req.gen != t.gen || !p.req.active || e.procs[p.key.PID] != p {
+		if p.req.gen != t.gen || !p.req.busy.Active() || e.procs[p.key.PID] != p {
 			return
 		}
 		e.finish(p)

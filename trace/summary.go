@@ -24,7 +24,13 @@ type SummaryOptions struct {
 // ARCHITECTURE.md defines. It is not safe for concurrent use.
 type Summary struct {
 	gap   uint64
-	procs map[uint32]*ProcessSummary
+	procs map[uint32]*summarized
+}
+
+// summarized is one process's figures and its requests so far.
+type summarized struct {
+	ProcessSummary
+	req RequestTracker
 }
 
 // ProcessSummary is what a Summary knows about one process. Times are
@@ -64,7 +70,7 @@ func NewSummary(opts *SummaryOptions) *Summary {
 	if opts != nil && opts.IdleGap > 0 {
 		gap = opts.IdleGap
 	}
-	return &Summary{gap: uint64(gap), procs: map[uint32]*ProcessSummary{}}
+	return &Summary{gap: uint64(gap), procs: map[uint32]*summarized{}}
 }
 
 // IdleGap returns the gap that separates requests.
@@ -73,7 +79,6 @@ func (s *Summary) IdleGap() time.Duration { return time.Duration(s.gap) }
 // Add accounts for one event.
 func (s *Summary) Add(ev *Event) {
 	p := s.proc(ev.PID)
-	end := ev.Time
 	switch ev.Kind {
 	case KindLaunch:
 		p.Launches++
@@ -93,7 +98,6 @@ func (s *Summary) Add(ev *Event) {
 		if ev.Sync.Result != 0 {
 			p.SyncErrors++
 		}
-		end += ev.Sync.Duration
 	case KindExec:
 		p.Comm = ev.Proc.CommString()
 		return
@@ -107,18 +111,21 @@ func (s *Summary) Add(ev *Event) {
 		return
 	}
 	// A driver call: extend the current busy period or start a new one.
-	// Events may arrive slightly out of time order (a synchronizing call is
-	// reported at its return), so only a call that starts past the gap
-	// after everything seen so far opens a request.
-	switch {
-	case p.Requests == 0:
-		p.Requests = 1
-		p.First = ev.Time
-	case ev.Time > p.Last && ev.Time-p.Last > s.gap:
+	// With no clock but the events', a request ends when a call of the
+	// process starts more than the gap after everything seen so far (the
+	// tracker's deadline); a call at the gap exactly is not yet idle.
+	if d, ok := p.req.Deadline(); ok && ev.Time > d {
+		p.req.End()
+	}
+	if p.req.Call(ev) {
+		if p.Requests == 0 {
+			p.First = ev.Time
+		}
 		p.Requests++
 	}
-	p.First = min(p.First, ev.Time)
-	p.Last = max(p.Last, end)
+	r := p.req.Current()
+	p.First = min(p.First, r.Start)
+	p.Last = max(p.Last, r.End)
 }
 
 // SetComm names a process whose exec was not observed (for example from
@@ -131,23 +138,25 @@ func (s *Summary) Process(pid uint32) (ProcessSummary, bool) {
 	if !ok {
 		return ProcessSummary{}, false
 	}
-	return *p, true
+	return p.ProcessSummary, true
 }
 
 // Processes returns every process seen, by ascending PID.
 func (s *Summary) Processes() []ProcessSummary {
 	out := make([]ProcessSummary, 0, len(s.procs))
 	for _, p := range s.procs {
-		out = append(out, *p)
+		out = append(out, p.ProcessSummary)
 	}
 	slices.SortFunc(out, func(a, b ProcessSummary) int { return cmp.Compare(a.PID, b.PID) })
 	return out
 }
 
-func (s *Summary) proc(pid uint32) *ProcessSummary {
+func (s *Summary) proc(pid uint32) *summarized {
 	p := s.procs[pid]
 	if p == nil {
-		p = &ProcessSummary{PID: pid}
+		// Without timers, a launch or copy ends a request after the
+		// same gap as a synchronization.
+		p = &summarized{ProcessSummary: ProcessSummary{PID: pid}, req: NewRequestTracker(time.Duration(s.gap), time.Duration(s.gap))}
 		s.procs[pid] = p
 	}
 	return p

@@ -1,8 +1,8 @@
 package scripted
 
-// idleQueue holds the pending idle times of active LC processes as a
-// binary min-heap ordered by time, then pid. An entry is stale once its
-// process's idle time changed (a new driver call cancels it, a later
+// idleQueue holds the pending idle times of LC processes' open requests
+// as a binary min-heap ordered by time, then pid. An entry is stale once
+// its process's idle time changed (a launch or copy cancels it, a later
 // synchronization sets another): stale entries are dropped when they reach
 // the top, so every operation is O(log n) amortized, however many events
 // arrive between two deadlines.
@@ -58,7 +58,7 @@ func (q *idleQueue) due(now uint64) *state {
 func (q *idleQueue) dropStale() {
 	for len(q.h) > 0 {
 		e := q.h[0]
-		if e.p.active && e.p.idleAt == e.t {
+		if at, ok := e.p.req.Deadline(); ok && at == e.t {
 			return
 		}
 		q.pop()

@@ -86,8 +86,11 @@ type Controller struct {
 
 type state struct {
 	Process
+	// req follows an LC process's requests; active is set from a
+	// request's first launch or copy until it ends: while it is, the
+	// process holds its GPU's BE processes suspended.
+	req       trace.RequestTracker
 	active    bool
-	idleAt    uint64 // when an active LC becomes idle (0: not pending)
 	suspended bool
 	set       bool
 }
@@ -117,7 +120,8 @@ func New(src engine.DeadlineSource, enf engine.Enforcer, procs []Process, opts *
 		if _, dup := c.procs[p.PID]; dup {
 			return nil, fmt.Errorf("scripted controller: pid %d given twice", p.PID)
 		}
-		c.procs[p.PID] = &state{Process: p}
+		// Only a synchronization's return starts an idle gap: no timeout.
+		c.procs[p.PID] = &state{Process: p, req: trace.NewRequestTracker(c.opts.IdleGap, 0)}
 		if !p.LC {
 			c.gpus[p.GPU] = append(c.gpus[p.GPU], p.PID)
 		}
@@ -183,9 +187,11 @@ func (c *Controller) handle(ev *trace.Event) error {
 	if !p.LC {
 		return nil
 	}
+	p.req.Call(ev)
 	switch ev.Kind {
 	case trace.KindLaunch, trace.KindCopy:
-		p.idleAt = 0
+		// The request's idle time, if one was pending, is cancelled: its
+		// queue entry is stale now.
 		if !p.active {
 			p.active = true
 			c.busy[p.GPU]++
@@ -194,11 +200,10 @@ func (c *Controller) handle(ev *trace.Event) error {
 			}
 		}
 	case trace.KindSync:
-		if p.active {
-			p.idleAt = ev.Time + ev.Sync.Duration + uint64(c.opts.IdleGap)
-			c.idle.push(p.idleAt, p)
-			if c.opts.IdleGap == 0 {
-				return c.expire(p.idleAt)
+		if at, ok := p.req.Deadline(); ok {
+			c.idle.push(at, p)
+			if p.active && c.opts.IdleGap == 0 {
+				return c.expire(at)
 			}
 		}
 	}
@@ -223,16 +228,20 @@ func (c *Controller) split(p *state) error {
 	return c.enf.SetTimeslice(p.PID, p.GPU, uint64(ts/time.Microsecond))
 }
 
-// expire marks LC processes idle whose gap has passed at now, in order of
-// their idle times (then pids), and resumes BE on GPUs left with no active
-// LC.
+// expire ends the requests of LC processes whose gap has passed at now,
+// in order of their idle times (then pids), and resumes BE on GPUs left
+// with no active LC.
 func (c *Controller) expire(now uint64) error {
 	for {
 		p := c.idle.due(now)
 		if p == nil {
 			return nil
 		}
-		p.active, p.idleAt = false, 0
+		p.req.End()
+		if !p.active {
+			continue // a request of synchronizations alone held nothing
+		}
+		p.active = false
 		c.busy[p.GPU]--
 		if c.busy[p.GPU] == 0 {
 			if err := c.resumeBE(p.GPU); err != nil {

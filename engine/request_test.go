@@ -1,0 +1,46 @@
+package engine_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// TestRequestTimeoutFromLatestEnd: a launch reported after a longer
+// synchronization of the same request (another thread's, reported at its
+// return) does not let the request time out before that synchronization
+// ended: the request tracker counts the timeout from the request's latest
+// end, so the victim stays suspended until then.
+func TestRequestTimeoutFromLatestEnd(t *testing.T) {
+	const ms = 1000 * us
+	evs := []trace.Event{
+		exec(0, 10, "infer"), exec(0, 20, "train"), launch(us, 20),
+		launch(1*ms, 10),          // opens the request, suspends train
+		syncAt(1*ms+us, 10, 5*ms), // returns at 6 ms
+		launch(2*ms, 10),          // another thread, reported after the sync
+		launch(20*ms, 20),         // train again, long after
+	}
+	e, enf := run(t, evs, engine.Options{IdleGap: 100 * time.Microsecond, RequestTimeout: time.Millisecond})
+	if len(enf.log) < 2 || enf.log[len(enf.log)-2] != "suspend 20 gpu0" || enf.log[len(enf.log)-1] != "resume 20 gpu0" {
+		t.Fatalf("enforcer calls %q: want train suspended, then resumed", enf.log)
+	}
+	s := e.Snapshot()
+	var resumed uint64
+	for _, d := range s.Preemptions {
+		if d.Action == engine.ActionResume && d.PID == 20 {
+			resumed = d.Time
+		}
+	}
+	// The launch alone would time out at 3 ms; the request's end (6.001
+	// ms) plus the timeout is 7.001 ms.
+	if resumed != 7*ms+us {
+		t.Errorf("train resumed at %v, want 7.001ms (the sync's end plus the timeout); preemptions %+v",
+			time.Duration(resumed), s.Preemptions)
+	}
+	lc := proc(t, s, 10)
+	if lc.Latency.Requests != 1 || lc.Latency.Max < 5*time.Millisecond-10*time.Microsecond || lc.Latency.Max > 5*time.Millisecond+50*time.Microsecond {
+		t.Errorf("requests %d, max %v: want one request of 5 ms", lc.Latency.Requests, lc.Latency.Max)
+	}
+}
