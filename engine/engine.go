@@ -67,7 +67,8 @@ type Options struct {
 	// preemptions, the snapshot keeps (zero: DefaultDecisions each).
 	Decisions int
 	// Observers see every event the engine applies, in order, on the
-	// engine's goroutine; they must not block.
+	// engine's goroutine; they must not block. Those that are also
+	// Tickers hear every control tick.
 	Observers []Observer
 	// Name names a process the trace saw no exec of (it was running
 	// before tracing began), for the table and the classifier; nil or
@@ -78,6 +79,17 @@ type Options struct {
 // Observer sees the events the engine applies.
 type Observer interface {
 	Event(ev *trace.Event)
+}
+
+// Ticker is an Observer that also hears the control loop: Tick runs at
+// every control tick (Options.ControlInterval) with the engine's clock,
+// whether an event or a read deadline moved it there, on the engine's
+// goroutine. It is how a subscriber does timed work on the engine's clock
+// with no goroutine of its own (the trace command releases the events it
+// holds for ordering when none arrive).
+type Ticker interface {
+	Observer
+	Tick(now uint64)
 }
 
 // ObserverFunc adapts a function to Observer.
@@ -100,18 +112,20 @@ type Stats struct {
 // preemption. Run owns it; other goroutines read its Snapshot and Post
 // work to it.
 type Engine struct {
-	src   Source
-	dl    DeadlineSource // src, if it has deadlines
-	enf   Enforcer
-	sup   Support
-	opts  Options
-	now   uint64
-	procs map[uint32]*proc
-	execs map[uint32]string // names from exec events, until a first driver call
-	last  *proc
-	gpus  map[int]*gpuState
-	cls   map[string]*class
-	tm    timers
+	src  Source
+	dl   DeadlineSource // src, if it has deadlines
+	enf  Enforcer
+	sup  Support
+	opts Options
+	// tickers are the observers that hear control ticks.
+	tickers []Ticker
+	now     uint64
+	procs   map[uint32]*proc
+	execs   map[uint32]string // names from exec events, until a first driver call
+	last    *proc
+	gpus    map[int]*gpuState
+	cls     map[string]*class
+	tm      timers
 	// victimSet is the chooser's cached answer: pid -> GPUs (empty: all
 	// of its GPUs); nil: the default choice.
 	victimSet   map[uint32][]int
@@ -134,9 +148,11 @@ type posted struct {
 	fn func(*Engine)
 }
 
-// New returns an engine reading src and enforcing on enf (nil: observe
-// only). Timers (request ends, resumes, quotas, the control loop) need a
-// DeadlineSource; with a plain Source they fire as events pass their time.
+// New returns an engine reading src and enforcing on enf; with a nil enf
+// it only observes, and plans every process at the observe level whatever
+// its classifier says. Timers (request ends, resumes, quotas, the control
+// loop) need a DeadlineSource; with a plain Source they fire as events pass
+// their time.
 func New(src Source, enf Enforcer, opts *Options) (*Engine, error) {
 	if src == nil {
 		return nil, errors.New("engine: no event source")
@@ -174,6 +190,11 @@ func New(src Source, enf Enforcer, opts *Options) (*Engine, error) {
 	}
 	if s, ok := enf.(Support); ok {
 		e.sup = s
+	}
+	for _, ob := range o.Observers {
+		if t, ok := ob.(Ticker); ok {
+			e.tickers = append(e.tickers, t)
+		}
 	}
 	e.decisions.buf = make([]Decision, 0, o.Decisions)
 	e.preemptions.buf = make([]Decision, 0, o.Decisions)

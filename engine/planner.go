@@ -37,7 +37,10 @@ func (e *Engine) gpu(i int) *gpuState {
 func (e *Engine) plan(p *proc, register bool) {
 	want := p.plan.Level
 	sup, why := sched.LevelSuspend, ""
-	if e.sup != nil {
+	switch {
+	case e.enf == nil:
+		sup, why = sched.LevelObserve, "the engine only observes (no enforcer)"
+	case e.sup != nil:
 		sup, why = e.sup.Strongest(p.key.PID)
 	}
 	if p.channelErr != "" && sup == sched.LevelSuspend {
@@ -245,13 +248,16 @@ func (p *proc) state() State {
 }
 
 // control is the control loop, at ControlInterval: the victim chooser,
-// SLO feedback, then a new snapshot.
+// SLO feedback, a new snapshot, then the observers' ticks.
 func (e *Engine) control() {
 	if e.opts.Victims != nil {
 		e.chooseVictims()
 	}
 	e.feedback()
 	e.publish()
+	for _, t := range e.tickers {
+		t.Tick(e.now)
+	}
 }
 
 // chooseVictims asks the policy's control-loop entry point which

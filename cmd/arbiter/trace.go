@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/trace"
 	"github.com/gpu-arbiter/arbiter/uprobe"
@@ -41,6 +42,8 @@ type traceOptions struct {
 	// probeFeature replaces caps.ProbeFeature when a failure to start is
 	// diagnosed.
 	probeFeature func(caps.Feature) error
+	// ranOn sees the engine the trace ran on, after its last event.
+	ranOn func(*engine.Engine)
 }
 
 // proc returns where procfs is mounted.
@@ -147,25 +150,22 @@ time, and the tracer's drops; with --format json as one JSON object
 }
 
 // runTrace runs the command: it checks what it can before attaching, opens
-// the source, prints and records events in time order until the source
-// ends or ctx, --duration or a signal stops it, then prints the summary.
-// args is the command line recorded in a file's header.
+// the source and runs it through an observing engine, whose observer prints
+// and records events in time order, until the source ends or ctx,
+// --duration or a signal stops it; then it prints the summary. args is the
+// command line recorded in a file's header.
 func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, stderr io.Writer, args []string) (err error) {
 	filter, err := newEventFilter(o)
 	if err != nil {
 		return err
 	}
-	var src eventSource
 	var replay *fileSource
 	if o.replay != "" {
 		if replay, err = openReplay(o.replay, stdin); err != nil {
 			return err
 		}
-		src = replay
-		filter.lookup = func(pid uint32) string {
-			name, _ := replay.r.Name(pid)
-			return name
-		}
+		replay.limit = uint64(o.duration)
+		filter.lookup = replay.name
 		if sameFile(replay, o.record) {
 			replay.Close()
 			return fmt.Errorf("--record %s is the --replay file: recording would overwrite what is being read", o.record)
@@ -177,8 +177,8 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 	var rec *recorder
 	if o.record != "" {
 		if rec, err = newRecorder(o.record, stdout, args); err != nil {
-			if src != nil {
-				src.Close()
+			if replay != nil {
+				replay.Close()
 			}
 			return err
 		}
@@ -205,7 +205,6 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 			}
 			return err
 		}
-		src = tracer
 		filter.lookup, filter.cacheMisses = traceComm(o.proc()), true
 		printLibraries(stderr, tracer.Stats())
 	}
@@ -225,62 +224,33 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 	}
 	sum := trace.NewSummary(&trace.SummaryOptions{IdleGap: o.idleGap})
 
-	// One goroutine reads the source; this one filters, orders and writes,
-	// and releases held events on a clock when none arrive.
-	quit := make(chan struct{})
-	defer close(quit)
-	events, srcErr := readEvents(src, quit)
-
-	start := time.Now()
-	var timeout, tick <-chan time.Time
+	// The engine owns the loop; it stops when the source ends, on ctx,
+	// at a live --duration, or when the observer fails to write.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var src engine.Source
+	failed := &failures{}
 	if tracer != nil {
+		failed.eventSource = tracer
+		src = engine.NewLive(failed)
 		if o.duration > 0 {
-			t := time.NewTimer(o.duration)
-			defer t.Stop()
-			timeout = t.C
+			ctx, stop = context.WithTimeout(ctx, o.duration)
+			defer stop()
 		}
-		tk := time.NewTicker(orderTick)
-		defer tk.Stop()
-		tick = tk.C
+	} else {
+		failed.eventSource = replay
+		src = newReadAhead(failed)
 	}
-	order := newOrderBuffer(orderWindow, orderLimit)
-	in := &intake{filter: filter, sum: sum, order: order}
-	if replay != nil {
-		in.replayed, in.limit = sink, uint64(o.duration)
+	obs := &traceObserver{filter: filter, sum: sum, order: newOrderBuffer(orderWindow, orderLimit), sink: sink,
+		firstFromEvents: replay != nil, stop: stop}
+	eng, err := engine.New(src, nil, &engine.Options{ControlInterval: orderTick, Observers: []engine.Observer{obs}})
+	if err != nil {
+		src.Close()
+		return err
 	}
-	ended, arrived := false, false
-	var writeErr error
-loop:
-	for writeErr == nil {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				ended = true
-				break loop
-			}
-			if !in.take(&ev) {
-				break loop
-			}
-			arrived = true
-			writeErr = sink.release(order, 0)
-		case <-tick:
-			// While events arrive, their own times release them: a
-			// backlog read in a burst (the first poll, a stalled reader)
-			// is older than the clock's window yet still to be sorted.
-			// Once none arrive, the clock releases what is held.
-			if !arrived {
-				writeErr = sink.release(order, monotonicNow())
-			}
-			arrived = false
-			if writeErr == nil && rec != nil {
-				writeErr = sink.recordErr(rec.tick(time.Now()))
-			}
-		case <-ctx.Done():
-			break loop
-		case <-timeout:
-			break loop
-		}
-	}
+	start := time.Now()
+	runErr := eng.Run(ctx)
+
 	// Counters first, while the tracer's maps are still open; then Close,
 	// which ends the reader; what it had already read is still shown.
 	wall := time.Since(start)
@@ -290,24 +260,18 @@ loop:
 		stats = &s
 	}
 	closeErr := src.Close()
-	for drained := ended || writeErr != nil; !drained; {
-		select {
-		case ev, ok := <-events:
-			if !ok {
-				drained = true
-			} else if !in.take(&ev) {
-				drained = true
-			}
-		default:
-			drained = true
+	if obs.err == nil {
+		drainInto(eng, src)
+	}
+	if o.ranOn != nil {
+		o.ranOn(eng)
+	}
+	readErr := obs.finish()
+	if readErr == nil && runErr != nil {
+		readErr = runErr
+		if failed.err != nil {
+			readErr = failed.err
 		}
-	}
-	if writeErr == nil {
-		writeErr = sink.drain(order)
-	}
-	readErr := writeErr
-	if ended && readErr == nil && !errors.Is(*srcErr, io.EOF) && !errors.Is(*srcErr, uprobe.ErrClosed) {
-		readErr = *srcErr
 	}
 	if out != nil {
 		if err := out.stop(); err != nil && readErr == nil && !errors.Is(err, syscall.EPIPE) {
@@ -332,70 +296,6 @@ loop:
 		return fmt.Errorf("trace: %w", readErr)
 	}
 	return nil
-}
-
-// readEvents reads src in a goroutine of its own until it fails or quit is
-// closed. The channel closes after the failure is stored in *err.
-func readEvents(src eventSource, quit <-chan struct{}) (<-chan trace.Event, *error) {
-	events := make(chan trace.Event, 1024)
-	var srcErr error
-	go func() {
-		defer close(events)
-		for {
-			var ev trace.Event
-			if err := src.Read(&ev); err != nil {
-				srcErr = err
-				return
-			}
-			select {
-			case events <- ev:
-			case <-quit:
-				return
-			}
-		}
-	}()
-	return events, &srcErr
-}
-
-// intake filters and counts the events as they are read, and queues them
-// to be written in time order.
-type intake struct {
-	filter *eventFilter
-	sum    *trace.Summary
-	order  *orderBuffer
-	// replayed is the sink of a replay, which shows times since the
-	// first event read; nil when live.
-	replayed *traceSink
-	// limit is a replay's --duration in trace time, 0 for none.
-	limit uint64
-	first uint64
-	n     int
-}
-
-// take accounts for ev; false when it is past a replay's --duration.
-func (in *intake) take(ev *trace.Event) bool {
-	if in.n == 0 {
-		in.first = ev.Time
-		if in.replayed != nil {
-			in.replayed.first = ev.Time
-		}
-	}
-	in.n++
-	if in.limit > 0 && ev.Time > in.first && ev.Time-in.first > in.limit {
-		return false
-	}
-	comm, ok := in.filter.match(ev)
-	if !ok {
-		return true
-	}
-	if comm != "" {
-		if p, seen := in.sum.Process(ev.PID); !seen || p.Comm == "" {
-			in.sum.SetComm(ev.PID, comm)
-		}
-	}
-	in.sum.Add(ev)
-	in.order.push(ev, comm)
-	return true
 }
 
 // errSinkClosed ends a trace whose reader went away (EPIPE on stdout).

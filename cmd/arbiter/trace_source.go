@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -30,9 +31,47 @@ var tracingNeeds = []caps.Feature{caps.FeatureBPF, caps.FeatureBTF, caps.Feature
 type fileSource struct {
 	r *trace.Reader
 	f *os.File // nil for standard input, which is not closed
+	// limit ends the replay (io.EOF) at the first event more than this
+	// past the first one: --duration in trace time; 0 for none.
+	limit, first uint64
+	started      bool
+	// names holds the name records read so far, for the processes of the
+	// events read so far: Read runs in a read-ahead goroutine, and the
+	// filter names processes from the engine's (see name). copied is
+	// Read's own record of what names holds.
+	mu     sync.Mutex
+	names  map[uint32]string
+	copied map[uint32]string
 }
 
-func (s *fileSource) Read(ev *trace.Event) error { return s.r.Read(ev) }
+func (s *fileSource) Read(ev *trace.Event) error {
+	if err := s.r.Read(ev); err != nil {
+		return err
+	}
+	if !s.started {
+		s.started, s.first = true, ev.Time
+	}
+	if s.limit > 0 && ev.Time > s.first && ev.Time-s.first > s.limit {
+		return io.EOF
+	}
+	if name, ok := s.r.Name(ev.PID); ok && s.copied[ev.PID] != name {
+		if s.copied == nil {
+			s.copied, s.names = map[uint32]string{}, map[uint32]string{}
+		}
+		s.copied[ev.PID] = name
+		s.mu.Lock()
+		s.names[ev.PID] = name
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// name returns the name a name record gave pid, "" if none came yet.
+func (s *fileSource) name(pid uint32) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[pid]
+}
 
 func (s *fileSource) Close() error {
 	if s.f == nil {
