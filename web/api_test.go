@@ -204,6 +204,15 @@ func TestPolicyEndpoints(t *testing.T) {
 	if w.Code != 200 || before.Revision == "" || len(before.Files) == 0 {
 		t.Fatalf("policy: %d %s", w.Code, w.Body)
 	}
+	// The files' text, for the console's editor; not in /status, which
+	// every stream event carries.
+	view := decode[PolicyView](t, w.Body.Bytes())
+	if len(view.Sources) != len(good) || view.Sources["policy.rego"] != string(good["policy.rego"]) {
+		t.Errorf("policy sources: %d files, want %d with policy.rego's text", len(view.Sources), len(good))
+	}
+	if st := f.do("GET", "/api/v1/status", nil); strings.Contains(st.Body.String(), `"sources"`) {
+		t.Error("/status carries the policy's sources")
+	}
 
 	// A policy whose own test fails.
 	failing := clone(good)

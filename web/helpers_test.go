@@ -397,6 +397,19 @@ func (d *dirPolicy) record(rev string, files PolicyFiles, origin string) {
 	d.saved[rev] = files
 }
 
+// Sources reads the directory's files back.
+func (d *dirPolicy) Sources() (PolicyFiles, error) {
+	files := PolicyFiles{}
+	err := fs.WalkDir(os.DirFS(d.dir), ".", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		files[p], err = os.ReadFile(filepath.Join(d.dir, p))
+		return err
+	})
+	return files, err
+}
+
 func (d *dirPolicy) History() []PolicyRevision {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -53,11 +53,32 @@ func decodeRollbackRequest(b []byte) (string, error) {
 	return req.Revision, nil
 }
 
+// PolicyView is the body of GET /policy: the status, and the text of the
+// policy's files where the service gives it (PolicySources).
+type PolicyView struct {
+	PolicyStatus
+	// Sources are the files by relative path, as text.
+	Sources map[string]string `json:"sources,omitempty"`
+}
+
 func (s *Server) getPolicy(c echo.Context) error {
 	if err := s.policyService(); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, s.opts.Policy.Status())
+	v := PolicyView{PolicyStatus: s.opts.Policy.Status()}
+	if ps, ok := s.opts.Policy.(PolicySources); ok {
+		files, err := ps.Sources()
+		if err != nil {
+			return err
+		}
+		for name, b := range files {
+			if v.Sources == nil {
+				v.Sources = map[string]string{}
+			}
+			v.Sources[name] = string(b)
+		}
+	}
+	return c.JSON(http.StatusOK, v)
 }
 
 func (s *Server) getPolicyHistory(c echo.Context) error {

@@ -43,6 +43,16 @@ type PolicyService interface {
 	Rollback(ctx context.Context, revision string) (string, error)
 }
 
+// PolicySources is implemented by a PolicyService whose policy is a
+// directory it can read: GET /policy then also gives the text of its
+// files, by the relative paths Apply takes, which the console's editor
+// starts from.
+type PolicySources interface {
+	// Sources returns the files of the policy in force; nil when it has
+	// none to give (the embedded default, a bundle server).
+	Sources() (PolicyFiles, error)
+}
+
 // ErrUnknownRevision is the error of a Rollback to a revision the
 // service does not keep.
 var ErrUnknownRevision = errors.New("unknown policy revision")

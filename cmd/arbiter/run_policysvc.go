@@ -76,11 +76,16 @@ func (s *policyService) recordBundle() {
 // Status implements web.PolicyService.
 func (s *policyService) Status() web.PolicyStatus {
 	pol := s.lp.current()
-	st := web.PolicyStatus{Revision: pol.Revision()}
-	for name := range pol.Source().Modules {
-		st.Files = append(st.Files, name)
+	st := web.PolicyStatus{Revision: pol.Revision(), Files: pol.Source().Files()}
+	if s.lp.dir != "" {
+		// By the relative paths Apply takes, as Sources gives them.
+		for i, f := range st.Files {
+			if rel, err := filepath.Rel(s.lp.dir, f); err == nil && filepath.IsLocal(rel) {
+				st.Files[i] = filepath.ToSlash(rel)
+			}
+		}
+		slices.Sort(st.Files)
 	}
-	slices.Sort(st.Files)
 	if s.lp.bundles != nil {
 		return s.bundleStatus(st, pol)
 	}
@@ -94,6 +99,18 @@ func (s *policyService) Status() web.PolicyStatus {
 		st.Diagnostics = []policy.Diagnostic{{Code: policy.CodeLoad, Message: ws.LastError}}
 	}
 	return st
+}
+
+// Sources implements web.PolicySources: the policy directory's files, by
+// the relative paths Apply takes; none for the embedded default and a
+// bundle server, which the API does not change.
+func (s *policyService) Sources() (web.PolicyFiles, error) {
+	if s.lp.bundles != nil || s.lp.watcher == nil {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.readDir()
 }
 
 // bundleStatus fills st from the bundle poller.
@@ -120,7 +137,8 @@ func (s *policyService) candidate(ctx context.Context, files web.PolicyFiles) (*
 	for name, b := range files {
 		fsys[name] = &fstest.MapFile{Data: b, Mode: 0o644}
 	}
-	src, err := policy.ReadFS(fsys, "candidate", nil)
+	// Named ".": diagnostics name each file by the path it was sent as.
+	src, err := policy.ReadFS(fsys, ".", nil)
 	if err != nil {
 		return nil, err
 	}

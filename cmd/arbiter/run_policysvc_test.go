@@ -53,10 +53,17 @@ func TestPolicyService(t *testing.T) {
 	s := newTestPolicyService(t, dir)
 	ctx := context.Background()
 	start := s.Status().Revision
+	// The files by the paths Apply takes, and their text.
+	if f := s.Status().Files; len(f) != 2 || f[0] != "p.rego" || f[1] != "p_test.rego" {
+		t.Errorf("status files %q, want p.rego and p_test.rego", f)
+	}
+	if src, err := s.Sources(); err != nil || len(src) != 2 || string(src["p.rego"]) != svcPolicy || string(src["p_test.rego"]) != svcTest {
+		t.Errorf("sources %v %v", src, err)
+	}
 
 	ds, err := s.Validate(ctx, web.PolicyFiles{"p.rego": []byte("package arbiter\n\nclassify := {\"class\": }\n")})
-	if err != nil || len(ds) == 0 || ds[0].File == "" || ds[0].Row != 3 {
-		t.Errorf("syntax error: %+v %v", ds, err)
+	if err != nil || len(ds) == 0 || ds[0].File != "p.rego" || ds[0].Row != 3 {
+		t.Errorf("syntax error: %+v %v; want it at p.rego, as sent", ds, err)
 	}
 	failing := web.PolicyFiles{"p.rego": []byte(strings.Replace(svcPolicy, `"batch"`, `"other"`, 1)), "p_test.rego": []byte(svcTest)}
 	ds, _ = s.Validate(ctx, failing)
@@ -112,5 +119,8 @@ func TestPolicyServiceEmbedded(t *testing.T) {
 	}
 	if len(s.History()) != 1 || s.Status().Revision == "" {
 		t.Errorf("history %+v status %+v", s.History(), s.Status())
+	}
+	if src, err := s.Sources(); src != nil || err != nil {
+		t.Errorf("sources of the embedded policy: %v %v", src, err)
 	}
 }
