@@ -203,21 +203,30 @@ export class Charts {
     const start = Math.max(Math.min(pre[0].time, end - 1e9), end - 60e9);
     const row = (gpu, pid) => {
       const k = `${gpu}|${pid}`;
-      if (!rows.has(k)) rows.set(k, { gpu, pid, bars: [], open: {} });
+      if (!rows.has(k)) rows.set(k, { gpu, pid, bars: [], open: {}, seen: false });
       return rows.get(k);
     };
+    // The list can have gaps: the engine keeps the latest preemptions and
+    // the stream sends at most so many per update. A bar is drawn only
+    // between a start and its end both seen; an end whose start was lost
+    // after earlier events of the process, or a start whose end was lost,
+    // is drawn as a mark at its own time, never as a bar across the gap.
+    const mark = 2e5;
     for (const d of pre) {
       const gpus = d.gpu >= 0 ? [d.gpu] : gpusOf.get(d.pid) || [0];
       for (const g of gpus) {
         const r = row(g, d.pid);
         const kind = { suspend: 'suspended', resume: 'suspended', gate: 'gated', ungate: 'gated', hold: 'held' }[d.action];
         if (!kind) continue;
-        if (d.action === 'suspend' || d.action === 'gate') r.open[kind] ??= d.time;
-        else if (d.action === 'hold') r.bars.push({ from: d.time, to: d.time + 2e5, kind });
+        if (d.action === 'suspend' || d.action === 'gate') {
+          if (r.open[kind] !== undefined) r.bars.push({ from: r.open[kind], to: r.open[kind] + mark, kind });
+          r.open[kind] = d.time;
+        } else if (d.action === 'hold') r.bars.push({ from: d.time, to: d.time + mark, kind });
         else {
-          r.bars.push({ from: r.open[kind] ?? start, to: d.time, kind });
+          r.bars.push({ from: r.open[kind] ?? (r.seen ? d.time - mark : start), to: d.time, kind });
           delete r.open[kind];
         }
+        r.seen = true;
       }
     }
     for (const r of rows.values()) for (const [kind, from] of Object.entries(r.open)) r.bars.push({ from, to: end, kind });
