@@ -1,5 +1,7 @@
 package sim
 
+import "slices"
+
 // eventKind says what a pending event does.
 type eventKind uint8
 
@@ -20,32 +22,60 @@ const (
 // Scheduling a source's event replaces the one it had pending, which
 // would have done nothing.
 type source struct {
-	t, seq uint64 // its pending event, if pos >= 0
-	kind   eventKind
-	id     int32
-	pos    int32 // index in the heap, -1 if nothing is pending
+	kind eventKind
+	id   int32
+	pos  int32 // index of its pending event in the heap, -1 if none
 }
 
-// queue holds the pending events, one per source, in a binary min-heap
-// ordered by time and then by the order they were scheduled (seq), which
-// makes runs deterministic. A node has a handful of sources (per GPU its
-// engines, per process its host), so the heap is small however often
-// their events are moved, and scheduling allocates nothing once the
+// event is a pending event of source src.
+type event struct {
+	t, seq uint64
+	src    int32
+}
+
+func (a *event) before(b *event) bool {
+	return a.t < b.t || (a.t == b.t && a.seq < b.seq)
+}
+
+// queue holds the pending events, one per source, ordered by time and
+// then by the order they were scheduled (seq), which makes runs
+// deterministic. A node has a handful of sources (per GPU its engines,
+// per process its host), and so a handful of events pending however
+// often they are moved: up to smallQueue sources they are kept in an
+// array sorted latest first, the next one last, moved by a short copy;
+// beyond, in a binary min-heap. Scheduling allocates nothing once the
 // sources are added.
 type queue struct {
 	srcs []source
-	heap []int32 // indices into srcs
-	seq  uint64
+	// events: sorted latest first (small), or a heap (!small), where
+	// each source's pos is its event's index; in the sorted array pos is
+	// only 0 (pending) or -1.
+	events []event
+	small  bool
+	seq    uint64
 }
+
+// smallQueue is the most sources the queue keeps in a sorted array.
+const smallQueue = 32
 
 // add registers a source and returns its index.
 func (q *queue) add(kind eventKind, id int32) int32 {
 	q.srcs = append(q.srcs, source{kind: kind, id: id, pos: -1})
+	if len(q.srcs) == 1 {
+		q.small = true
+	}
+	if q.small && len(q.srcs) > smallQueue {
+		q.small = false
+		slices.Reverse(q.events) // sorted earliest first: a heap
+		for i, e := range q.events {
+			q.srcs[e.src].pos = int32(i)
+		}
+	}
 	return int32(len(q.srcs) - 1)
 }
 
 // len is the number of pending events.
-func (q *queue) len() int { return len(q.heap) }
+func (q *queue) len() int { return len(q.events) }
 
 // pending reports whether source i has an event pending.
 func (q *queue) pending(i int32) bool { return q.srcs[i].pos >= 0 }
@@ -59,79 +89,110 @@ func (q *queue) next() uint64 {
 // set makes source i's pending event the one at t with sequence number
 // seq, replacing any it had.
 func (q *queue) set(i int32, t, seq uint64) {
-	s := &q.srcs[i]
-	s.t, s.seq = t, seq
-	if s.pos < 0 {
-		s.pos = int32(len(q.heap))
-		q.heap = append(q.heap, i)
-		q.up(int(s.pos))
+	e := event{t: t, seq: seq, src: i}
+	if q.small {
+		q.setSorted(e)
 		return
 	}
-	if !q.up(int(s.pos)) {
-		q.down(int(s.pos))
+	at := int(q.srcs[i].pos)
+	if at < 0 {
+		q.events = append(q.events, e)
+		q.up(len(q.events)-1, e)
+		return
+	}
+	if old := q.events[at]; e.before(&old) {
+		q.up(at, e)
+	} else {
+		q.down(at, e)
 	}
 }
 
-// peek returns the source of the earliest event; the queue must not be
+// setSorted is set on the sorted array: the source's old event, if any,
+// is taken out, and e goes in after the events later than it.
+func (q *queue) setSorted(e event) {
+	ev := q.events
+	if q.srcs[e.src].pos >= 0 {
+		for j := range ev {
+			if ev[j].src == e.src {
+				ev = append(ev[:j], ev[j+1:]...)
+				break
+			}
+		}
+	}
+	j := len(ev)
+	for j > 0 && ev[j-1].before(&e) {
+		j--
+	}
+	ev = append(ev, event{})
+	copy(ev[j+1:], ev[j:])
+	ev[j] = e
+	q.events = ev
+	q.srcs[e.src].pos = 0
+}
+
+// peek returns the earliest event; the queue must not be empty.
+func (q *queue) peek() *event {
+	if q.small {
+		return &q.events[len(q.events)-1]
+	}
+	return &q.events[0]
+}
+
+// pop removes the earliest event and returns it; the queue must not be
 // empty.
-func (q *queue) peek() *source { return &q.srcs[q.heap[0]] }
-
-// pop removes the earliest event and returns its source; the queue must
-// not be empty.
-func (q *queue) pop() *source {
-	top := q.heap[0]
-	n := len(q.heap) - 1
-	q.swap(0, n)
-	q.heap = q.heap[:n]
-	if n > 0 {
-		q.down(0)
+func (q *queue) pop() event {
+	n := len(q.events) - 1
+	if q.small {
+		top := q.events[n]
+		q.events = q.events[:n]
+		q.srcs[top.src].pos = -1
+		return top
 	}
-	s := &q.srcs[top]
-	s.pos = -1
-	return s
+	top := q.events[0]
+	q.srcs[top.src].pos = -1
+	last := q.events[n]
+	q.events = q.events[:n]
+	if n > 0 {
+		q.down(0, last)
+	}
+	return top
 }
 
-func (q *queue) less(a, b int) bool {
-	x, y := &q.srcs[q.heap[a]], &q.srcs[q.heap[b]]
-	return x.t < y.t || (x.t == y.t && x.seq < y.seq)
-}
-
-func (q *queue) swap(a, b int) {
-	q.heap[a], q.heap[b] = q.heap[b], q.heap[a]
-	q.srcs[q.heap[a]].pos = int32(a)
-	q.srcs[q.heap[b]].pos = int32(b)
-}
-
-// up moves entry i towards the root while it is earlier than its parent;
-// it reports whether it moved.
-func (q *queue) up(i int) bool {
-	moved := false
+// up places e, replacing the heap entry at i, moving its ancestors later
+// than it down a level.
+func (q *queue) up(i int, e event) {
 	for i > 0 {
 		p := (i - 1) / 2
-		if !q.less(i, p) {
+		if !e.before(&q.events[p]) {
 			break
 		}
-		q.swap(i, p)
-		i, moved = p, true
+		q.events[i] = q.events[p]
+		q.srcs[q.events[i].src].pos = int32(i)
+		i = p
 	}
-	return moved
+	q.events[i] = e
+	q.srcs[e.src].pos = int32(i)
 }
 
-// down moves entry i towards the leaves while a child is earlier.
-func (q *queue) down(i int) {
-	n := len(q.heap)
+// down places e, replacing the heap entry at i, moving its earlier
+// descendants up a level.
+func (q *queue) down(i int, e event) {
+	n := len(q.events)
 	for {
 		c := 2*i + 1
 		if c >= n {
-			return
+			break
 		}
-		if r := c + 1; r < n && q.less(r, c) {
+		if r := c + 1; r < n && q.events[r].before(&q.events[c]) {
 			c = r
 		}
-		if !q.less(c, i) {
-			return
+		if !q.events[c].before(&e) {
+			break
 		}
-		q.swap(i, c)
+		q.events[i] = q.events[c]
+		q.srcs[q.events[i].src].pos = int32(i)
 		i = c
 	}
+	q.events[i] = e
+	q.srcs[e.src].pos = int32(i)
 }

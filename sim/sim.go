@@ -211,9 +211,10 @@ func (s *Simulator) step() bool {
 		return false
 	}
 	e := s.q.pop()
-	kind, id := e.kind, e.id
+	src := s.q.srcs[e.src]
+	id := src.id
 	s.now = e.t
-	switch kind {
+	switch src.kind {
 	case evGPU:
 		s.gpus[id].onEvent(s.now)
 	case evCopy:
