@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpu-arbiter/arbiter/sched"
@@ -72,7 +73,7 @@ type Simulator struct {
 
 	started  bool
 	finished bool
-	closed   chan struct{}
+	closed   atomic.Bool // set by Close, from any goroutine
 
 	out      []trace.Event // events produced and not yet read
 	outN     []uint32      // how many times each is read: a burst's launches are one entry
@@ -81,6 +82,9 @@ type Simulator struct {
 
 	timeline []Segment
 	dropped  uint64
+
+	progress func(now uint64) // called by Read every progressEvery events
+	steps    uint             // events simulated by Read
 
 	controls []func()   // enforcement actions waiting for ControlLatency
 	ctlAt    []ctlEvent // when each is due
@@ -94,7 +98,7 @@ func New(opts *Options) (*Simulator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulator options: %w", err)
 	}
-	s := &Simulator{cfg: cfg, closed: make(chan struct{})}
+	s := &Simulator{cfg: cfg}
 	for i := 0; i < cfg.gpus; i++ {
 		s.gpus = append(s.gpus, newGPU(s, i))
 	}
@@ -181,10 +185,8 @@ func (s *Simulator) RunProgress(ctx context.Context, end uint64, progress func(n
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("simulation stopped at %v: %w", time.Duration(s.now), err)
 			}
-			select {
-			case <-s.closed:
+			if s.closed.Load() {
 				return ErrClosed
-			default:
 			}
 			if progress != nil && n > 0 {
 				progress(s.now)

@@ -676,6 +676,32 @@ func TestProgressByEvents(t *testing.T) {
 	if calls < 20 {
 		t.Errorf("%d progress calls in a run of about a million events", calls)
 	}
+
+	// The same, read event by event as a closed-loop controller reads.
+	s, _ = mustSim(t, &Options{TimelineWindow: 1, Observe: true}, Process{Name: "busy", Program: &tiny{until: uint64(time.Second)}})
+	var read, last uint64
+	calls = 0
+	s.ReadProgress(func(now uint64) {
+		if calls++; now < last || now > uint64(time.Second) {
+			t.Errorf("progress at %v after %v", time.Duration(now), time.Duration(last))
+		}
+		last = now
+	})
+	s.Start(uint64(2000 * time.Hour))
+	for {
+		var ev trace.Event
+		err := s.Read(&ev)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		read++
+	}
+	if calls < 20 || read < 500_000 {
+		t.Errorf("%d progress calls reading %d events", calls, read)
+	}
 }
 
 // tiny launches 1 µs kernels and syncs after each until a time.

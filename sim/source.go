@@ -23,14 +23,12 @@ func (s *Simulator) Start(end uint64) { s.start(end) }
 // the read deadline comes first (the clock then reads the deadline), or the
 // model's error.
 func (s *Simulator) Read(ev *trace.Event) error {
-	if !s.started {
-		return fmt.Errorf("read: call Start or Run first")
-	}
 	for s.outHead == len(s.out) {
-		select {
-		case <-s.closed:
+		if !s.started {
+			return fmt.Errorf("read: call Start or Run first")
+		}
+		if s.closed.Load() {
 			return ErrClosed
-		default:
 		}
 		if s.err != nil {
 			return s.err
@@ -47,6 +45,9 @@ func (s *Simulator) Read(ev *trace.Event) error {
 				return s.err
 			}
 			return io.EOF
+		}
+		if s.steps++; s.steps&(progressEvery-1) == 0 && s.progress != nil {
+			s.progress(s.now)
 		}
 	}
 	*ev = s.out[s.outHead]
@@ -66,6 +67,11 @@ func (s *Simulator) nextTime() uint64 {
 	return s.q.peek().t
 }
 
+// ReadProgress makes Read call progress(now) every 16,384 events it
+// simulates, as RunProgress does, for a consumer that drives the
+// simulation with Read.
+func (s *Simulator) ReadProgress(progress func(now uint64)) { s.progress = progress }
+
 // SetReadDeadline implements engine.DeadlineSource on virtual time.
 func (s *Simulator) SetReadDeadline(t uint64) error {
 	s.deadline = t
@@ -75,11 +81,7 @@ func (s *Simulator) SetReadDeadline(t uint64) error {
 // Close stops the simulation: a Run in progress returns ErrClosed soon, and
 // Read returns ErrClosed. It is idempotent and safe from any goroutine.
 func (s *Simulator) Close() error {
-	select {
-	case <-s.closed:
-	default:
-		close(s.closed)
-	}
+	s.closed.Store(true)
 	return nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/gpu-arbiter/arbiter/sim"
 	"github.com/gpu-arbiter/arbiter/sim/report"
 	"github.com/gpu-arbiter/arbiter/sim/workload"
-	"github.com/gpu-arbiter/arbiter/trace"
 )
 
 // job is one simulation: a shared baseline, or one spec workload (with
@@ -165,7 +164,8 @@ func runJob(ctx context.Context, cfg *Config, j *job, draws *workload.Draws, pro
 	}
 	var ctl Controller
 	if newCtl != nil {
-		if ctl, err = newCtl(&progressSource{Simulator: s, progress: progress}, s, procs); err != nil {
+		s.ReadProgress(progress)
+		if ctl, err = newCtl(s, s, procs); err != nil {
 			return err
 		}
 		s.Start(end)
@@ -253,20 +253,4 @@ func assemble(cfg *Config, bases []baseline, jobs []*job) []*report.Baseline {
 		}
 	}
 	return out
-}
-
-// progressSource reports progress while a controller reads the simulator.
-type progressSource struct {
-	*sim.Simulator
-	progress func(now uint64)
-	reads    uint
-}
-
-// Read reads from the simulator and reports progress every 16,384 reads.
-func (p *progressSource) Read(ev *trace.Event) error {
-	err := p.Simulator.Read(ev)
-	if p.reads++; p.reads&0x3fff == 0 && p.progress != nil {
-		p.progress(p.Now())
-	}
-	return err
 }
