@@ -1,6 +1,7 @@
 package whatif
 
 import (
+	"runtime"
 	"sync"
 	"time"
 )
@@ -28,26 +29,36 @@ type Running struct {
 // lockstep is how far, in simulated time, a run may get ahead of the
 // slowest run going: runs that keep together serve the same requests at
 // about the same time, and share their service times (workload.Draws).
+// A run is held back only while enough others run to keep every thread
+// busy: where one run costs more per simulated second than the rest (the
+// one that draws what the others read), holding them all would leave the
+// other threads idle, and sharing does not need it (workload.Draws keeps
+// what a run far behind needs).
 const lockstep = uint64(time.Second)
 
 // tracker gathers the runs' progress, reports it one call at a time, and
-// keeps the runs within lockstep of each other.
+// keeps the runs within lockstep of each other while that leaves no
+// thread idle.
 type tracker struct {
 	report func(Progress)
 	bases  []baseline
 	jobs   []*job
 	end    uint64
+	procs  int // threads the runs have
 
 	mu      sync.Mutex
 	moved   *sync.Cond // a run progressed, finished, or the comparison stopped
 	stopped bool
 	now     []uint64 // virtual time reached, per job
 	state   []uint8  // per job: 0 waiting, 1 running, 2 done
+	running int      // jobs in state 1
+	held    int      // of those, how many are held back
 }
 
-func newTracker(cfg *Config, bases []baseline, jobs []*job) *tracker {
+func newTracker(cfg *Config, bases []baseline, jobs []*job, parallel int) *tracker {
 	t := &tracker{report: cfg.Progress, bases: bases, jobs: jobs, end: uint64(cfg.Duration),
-		now: make([]uint64, len(jobs)), state: make([]uint8, len(jobs))}
+		procs: min(runtime.GOMAXPROCS(0), parallel),
+		now:   make([]uint64, len(jobs)), state: make([]uint8, len(jobs))}
 	t.moved = sync.NewCond(&t.mu)
 	return t
 }
@@ -65,6 +76,7 @@ func (t *tracker) stop() {
 func (t *tracker) forJob(i int) func(now uint64) {
 	t.mu.Lock()
 	t.state[i] = 1
+	t.running++
 	t.mu.Unlock()
 	return func(now uint64) {
 		t.mu.Lock()
@@ -74,8 +86,11 @@ func (t *tracker) forJob(i int) func(now uint64) {
 			t.report(t.snapshot())
 		}
 		t.moved.Broadcast()
-		for !t.stopped && t.now[i] > t.slowest()+lockstep {
+		// Held, this run leaves running-held-1 others going.
+		for !t.stopped && t.now[i] > t.slowest()+lockstep && t.running-t.held-1 >= t.procs {
+			t.held++
 			t.moved.Wait()
+			t.held--
 		}
 	}
 }
@@ -96,6 +111,9 @@ func (t *tracker) slowest() uint64 {
 func (t *tracker) finish(i int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.state[i] == 1 {
+		t.running--
+	}
 	t.state[i], t.now[i] = 2, t.end
 	if t.report != nil {
 		t.report(t.snapshot())

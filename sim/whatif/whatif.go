@@ -103,7 +103,8 @@ type Config struct {
 	TimelineWindow time.Duration
 	// Parallel is how many simulations run at once (0: all of them, on
 	// GOMAXPROCS threads, kept within a second of simulated time of each
-	// other so that they share the service times they draw).
+	// other, while that leaves no thread idle, so that they share the
+	// service times they draw).
 	Parallel int
 	// Progress, if set, is called with the comparison's progress about
 	// every 16,384 simulated events of each run, never concurrently.
@@ -152,7 +153,7 @@ func Run(ctx context.Context, cfg *Config) (*report.Report, error) {
 	if parallel <= 0 {
 		parallel = len(jobs)
 	}
-	if err := runAll(ctx, cfg, jobs, parallel, newTracker(cfg, bases, jobs)); err != nil {
+	if err := runAll(ctx, cfg, jobs, parallel, newTracker(cfg, bases, jobs, parallel)); err != nil {
 		return nil, err
 	}
 	results := assemble(cfg, bases, jobs)
