@@ -29,11 +29,12 @@ type Running struct {
 // lockstep is how far, in simulated time, a run may get ahead of the
 // slowest run going: runs that keep together serve the same requests at
 // about the same time, and share their service times (workload.Draws).
-// A run is held back only while enough others run to keep every thread
-// busy: where one run costs more per simulated second than the rest (the
-// one that draws what the others read), holding them all would leave the
-// other threads idle, and sharing does not need it (workload.Draws keeps
-// what a run far behind needs).
+// A run is held back only while as many runs as there are threads are
+// further behind it, to go on: where one run costs more per simulated
+// second than the rest (the one that draws what the others read),
+// holding all the others would leave threads idle; instead the runs
+// closest behind it go on, and sharing does not need them close
+// (workload.Draws keeps what a run far behind needs).
 const lockstep = uint64(time.Second)
 
 // tracker gathers the runs' progress, reports it one call at a time, and
@@ -51,8 +52,7 @@ type tracker struct {
 	stopped bool
 	now     []uint64 // virtual time reached, per job
 	state   []uint8  // per job: 0 waiting, 1 running, 2 done
-	running int      // jobs in state 1
-	held    int      // of those, how many are held back
+	held    int      // runs held back
 }
 
 func newTracker(cfg *Config, bases []baseline, jobs []*job, parallel int) *tracker {
@@ -76,7 +76,6 @@ func (t *tracker) stop() {
 func (t *tracker) forJob(i int) func(now uint64) {
 	t.mu.Lock()
 	t.state[i] = 1
-	t.running++
 	t.mu.Unlock()
 	return func(now uint64) {
 		t.mu.Lock()
@@ -86,13 +85,24 @@ func (t *tracker) forJob(i int) func(now uint64) {
 			t.report(t.snapshot())
 		}
 		t.moved.Broadcast()
-		// Held, this run leaves running-held-1 others going.
-		for !t.stopped && t.now[i] > t.slowest()+lockstep && t.running-t.held-1 >= t.procs {
+		for !t.stopped && t.now[i] > t.slowest()+lockstep && t.behind(i) >= t.procs {
 			t.held++
 			t.moved.Wait()
 			t.held--
 		}
 	}
+}
+
+// behind counts the runs going that are further behind than run i (at
+// the same time: that started before it); the caller holds mu.
+func (t *tracker) behind(i int) int {
+	n := 0
+	for j, st := range t.state {
+		if st == 1 && (t.now[j] < t.now[i] || t.now[j] == t.now[i] && j < i) {
+			n++
+		}
+	}
+	return n
 }
 
 // slowest is the virtual time of the slowest run going; the caller holds
@@ -111,9 +121,6 @@ func (t *tracker) slowest() uint64 {
 func (t *tracker) finish(i int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.state[i] == 1 {
-		t.running--
-	}
 	t.state[i], t.now[i] = 2, t.end
 	if t.report != nil {
 		t.report(t.snapshot())
