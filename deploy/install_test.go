@@ -49,6 +49,7 @@ const installVersion = "v7.8.9-1-gabc1234"
 //   - `dpkg --purge` removes it all, running `arbiter recover` on the way.
 func TestDebInstallsAndRuns(t *testing.T) {
 	testenv.Privileged(t)
+	testenv.LockNodeDaemons(t)
 	analyze := systemdAnalyze(t)
 	for _, p := range []string{"dpkg", "dpkg-query", "ldd"} {
 		if _, err := exec.LookPath(p); err != nil {

@@ -506,11 +506,12 @@ cleanup_daemon() {
 	fi
 }
 
-# daemon_policy DIR LEVEL writes a policy that makes processes with
-# ARBITER_CLASS=latency-critical latency-critical and everything else
-# best-effort, both at enforcement level LEVEL (observe: both only
+# daemon_policy DIR LEVEL writes a policy for this section's own two
+# workloads, told apart by ARBITER_VALIDATE_CLASS: the LC latency-critical,
+# the BE best-effort, both at enforcement level LEVEL (observe: both only
 # observed; otherwise the LC with its class's long timeslice and the BE
-# with mode LEVEL).
+# with mode LEVEL). Every other CUDA process on the server is only
+# observed: the validation holds nothing of anyone else's.
 daemon_policy() {
 	local dir=$1 level=$2 lc='lib.classes["latency-critical"]'
 	mkdir -p "$dir"
@@ -521,10 +522,12 @@ package arbiter
 
 import data.arbiter.lib
 
-default_decision := lib.with_reason(object.union(lib.classes["best-effort"], {"preemption": {"mode": "$level"}}), "best-effort at $level")
+default_decision := {"class": "bystander", "preemption": {"mode": "observe"}, "reason": "not this validation's"}
 
-classify := lib.with_reason($lc, "env ARBITER_CLASS") if {
-	lib.env("ARBITER_CLASS") == "latency-critical"
+classify := lib.with_reason($lc, "ARBITER_VALIDATE_CLASS") if {
+	lib.env("ARBITER_VALIDATE_CLASS") == "latency-critical"
+} else := lib.with_reason(object.union(lib.classes["best-effort"], {"preemption": {"mode": "$level"}}), "best-effort at $level") if {
+	lib.env("ARBITER_VALIDATE_CLASS") == "best-effort"
 } else := default_decision
 
 victims := lib.default_victims
@@ -703,11 +706,11 @@ section_daemon() {
 	DM_DIR=$dir
 	trap daemon_exit EXIT
 	if [ -n "${GV_STUB:-}" ]; then
-		LC=(env ARBITER_CLASS=latency-critical "$GV_STUB/infer" --rate 100 --launches 8 --kernel-us 100 --bytes 65536 --sync-every 1 --duration "$d")
-		BE=("$GV_STUB/train" --kernel-us 1000 --sync-every 1 --duration "$((d + 30))")
+		LC=(env ARBITER_VALIDATE_CLASS=latency-critical "$GV_STUB/infer" --rate 100 --launches 8 --kernel-us 100 --bytes 65536 --sync-every 1 --duration "$d")
+		BE=(env ARBITER_VALIDATE_CLASS=best-effort "$GV_STUB/train" --kernel-us 1000 --sync-every 1 --duration "$((d + 30))")
 	else
-		LC=(env CUDA_VISIBLE_DEVICES="$GV_GPU" ARBITER_CLASS=latency-critical "${PYTHON:-python3}" "$GV_BUNDLE/src/serve_torch.py" --rate 100 --duration "$d")
-		BE=(env CUDA_VISIBLE_DEVICES="$GV_GPU" "${PYTHON:-python3}" "$GV_BUNDLE/src/train_torch.py" --duration "$((d + 60))")
+		LC=(env CUDA_VISIBLE_DEVICES="$GV_GPU" ARBITER_VALIDATE_CLASS=latency-critical "${PYTHON:-python3}" "$GV_BUNDLE/src/serve_torch.py" --rate 100 --duration "$d")
+		BE=(env CUDA_VISIBLE_DEVICES="$GV_GPU" ARBITER_VALIDATE_CLASS=best-effort "${PYTHON:-python3}" "$GV_BUNDLE/src/train_torch.py" --duration "$((d + 60))")
 	fi
 	for name in lc-alone be-alone default observe timeslice suspend gate; do
 		n=$((n + 1))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpu-arbiter/arbiter/internal/cudastub"
+	"github.com/gpu-arbiter/arbiter/internal/testenv"
 	"github.com/gpu-arbiter/arbiter/web"
 )
 
@@ -51,6 +52,7 @@ type testDaemon struct {
 
 func startDaemon(t *testing.T, node *recoverNode, policyDir string, extra ...string) *testDaemon {
 	t.Helper()
+	testenv.LockNodeDaemons(t)
 	addr := freeAddr(t)
 	d := &testDaemon{t: t, node: node, dir: filepath.Dir(node.stateDir), addr: addr}
 	var err error

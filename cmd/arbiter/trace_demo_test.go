@@ -108,6 +108,7 @@ func TestDemoNamesWhatIsMissing(t *testing.T) {
 // TestDemo runs the whole demo for 2 s with the real probes.
 func TestDemo(t *testing.T) {
 	testenv.Privileged(t)
+	testenv.LockNodeDaemons(t)
 	b := cudastub.ForTest(t)
 	code, out := runDemo(t, "DURATION=2s", "ARBITER_BIN="+testArbiter(t), "ARBITER_STUB="+b.Dir)
 	if code != 0 {

@@ -158,6 +158,8 @@ func noLeftovers(t *testing.T, dir string) {
 // TestScriptStubAndStandin runs every section of the script in test mode
 // and checks what each found, as results and as the rendered report.
 func TestScriptStubAndStandin(t *testing.T) {
+	// Its daemon section runs arbiter run.
+	testenv.LockNodeDaemons(t)
 	dir := scriptBundle(t)
 	stub := cudastub.ForTest(t)
 	standin, err := rmstandin.Build(t.TempDir())

@@ -3,7 +3,8 @@
 // Tests that need root, eBPF or a particular kernel feature call Skip rather
 // than t.Skip: where ARBITER_REQUIRE_BPF is set (CI runs as root and sets
 // it), a missing prerequisite fails the test instead of hiding a broken
-// probe behind a skip.
+// probe behind a skip. Tests that start an enforcing daemon also take
+// LockNodeDaemons, so that no two run at once on one node.
 package testenv
 
 import (
@@ -11,7 +12,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -124,4 +127,48 @@ func TracefsMounts() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// nodeDaemons is this test process's hold on the node-wide daemon lock:
+// one descriptor per process, however many tests and subtests ask, since
+// the lock belongs to the process.
+var nodeDaemons struct {
+	sync.Mutex
+	f       *os.File
+	holders int
+}
+
+// LockNodeDaemons serializes the tests that start an enforcing daemon
+// (arbiter run, the demos, the installed unit, the GPU validation's
+// daemon section) across the test binaries go test runs in parallel. A
+// daemon attaches to every CUDA process on the node, so two at once would
+// hold each other's workloads: a test could find its workload gated by
+// another package's daemon. The lock is an exclusive flock on a file in
+// the temporary directory, held until tb ends; nested calls in one process
+// share it.
+func LockNodeDaemons(tb testing.TB) {
+	tb.Helper()
+	nodeDaemons.Lock()
+	defer nodeDaemons.Unlock()
+	if nodeDaemons.holders == 0 {
+		path := filepath.Join(os.TempDir(), "arbiter-node-daemons.lock")
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			tb.Fatalf("node daemon lock: %v", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			tb.Fatalf("node daemon lock %s: %v", path, err)
+		}
+		nodeDaemons.f = f
+	}
+	nodeDaemons.holders++
+	tb.Cleanup(func() {
+		nodeDaemons.Lock()
+		defer nodeDaemons.Unlock()
+		if nodeDaemons.holders--; nodeDaemons.holders == 0 {
+			nodeDaemons.f.Close()
+			nodeDaemons.f = nil
+		}
+	})
 }

@@ -1,0 +1,29 @@
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestLockNodeDaemons: while a test holds the lock another process cannot
+// take it; nested holds share it; it is free once every holder ended.
+func TestLockNodeDaemons(t *testing.T) {
+	flock, err := exec.LookPath("flock")
+	if err != nil {
+		Skip(t, "flock(1) not installed: apt-get install util-linux")
+	}
+	path := filepath.Join(os.TempDir(), "arbiter-node-daemons.lock")
+	other := func() error { return exec.Command(flock, "-n", path, "true").Run() }
+	t.Run("held", func(t *testing.T) {
+		LockNodeDaemons(t)
+		t.Run("nested", func(t *testing.T) { LockNodeDaemons(t) })
+		if other() == nil {
+			t.Error("another process took the lock while a test held it (after a nested hold ended)")
+		}
+	})
+	if err := other(); err != nil {
+		t.Errorf("the lock is still held after every holder ended: %v", err)
+	}
+}
