@@ -85,6 +85,17 @@ type Program interface {
 	Next(now uint64) (Op, error)
 }
 
+// ProgramInto is a Program that can also write its next operation into
+// one the simulator holds, which the simulator then uses instead of Next:
+// an Op is eleven words, and handing it back by value through a call or
+// two costs more than most operations do once there.
+type ProgramInto interface {
+	Program
+	// NextInto is Next writing the operation into op (every field: op
+	// holds the previous one).
+	NextInto(now uint64, op *Op) error
+}
+
 type hostState uint8
 
 const (
@@ -212,6 +223,8 @@ type proc struct {
 	class      Class
 	gpu        int
 	prog       Program
+	into       ProgramInto // prog, if it is one
+	op         Op          // the operation into writes
 	timeslice  uint64
 	interleave sched.Interleave
 
@@ -308,15 +321,19 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 			s.fail(fmt.Errorf("process %s: program issued %d operations at %v without blocking", p.name, n, time.Duration(now)))
 			return
 		}
-		var op Op
-		if p.hasPend {
-			op, p.hasPend = p.pending, false
-		} else {
-			var err error
-			if op, err = p.prog.Next(now); err != nil {
-				s.fail(fmt.Errorf("process %s at %v: %w", p.name, time.Duration(now), err))
-				return
-			}
+		var err error
+		op := &p.op
+		switch {
+		case p.hasPend:
+			p.op, p.hasPend = p.pending, false
+		case p.into != nil:
+			err = p.into.NextInto(now, op)
+		default:
+			p.op, err = p.prog.Next(now)
+		}
+		if err != nil {
+			s.fail(fmt.Errorf("process %s at %v: %w", p.name, time.Duration(now), err))
+			return
 		}
 		switch op.Kind {
 		case OpKernel:
@@ -348,7 +365,7 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 				return
 			}
 			if p.gated {
-				p.pending, p.hasPend, p.host = op, true, hostGated
+				p.pending, p.hasPend, p.host = *op, true, hostGated
 				return
 			}
 			s.emitLaunch(p, now, it.n)

@@ -137,6 +137,7 @@ func (s *Simulator) Add(p Process) (uint32, error) {
 		gpu: p.GPU, prog: p.Program, timeslice: ts, interleave: il, copyAt: -1,
 	}
 	pr.src = s.q.add(evHost, int32(pr.idx))
+	pr.into, _ = p.Program.(ProgramInto)
 	s.procs = append(s.procs, pr)
 	s.gpus[p.GPU].addProc(pr)
 	return pr.pid, nil

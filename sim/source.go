@@ -112,7 +112,7 @@ func (s *Simulator) emitLaunch(p *proc, now uint64, n uint32) {
 	ev.Launch.Stream = streamHandle
 }
 
-func (s *Simulator) emitCopy(p *proc, now uint64, op Op) {
+func (s *Simulator) emitCopy(p *proc, now uint64, op *Op) {
 	if !s.cfg.observe {
 		return
 	}

@@ -129,17 +129,18 @@ func (k *keyed) drawTo(vals []uint64, m int) []uint64 {
 	return vals
 }
 
-// kernels returns the launch of burst segment i of the current key. A
-// run that shares its draws launches every burst by its total (the
+// kernels writes the launch of burst segment i of the current key into
+// op. A run that shares its draws launches every burst by its total (the
 // simulator adds up nothing per kernel, and asks for the durations only
 // as far as it needs them); one that draws alone hands the durations
 // over.
-func (k *keyed) kernels(i int) sim.Op {
+func (k *keyed) kernels(i int, op *sim.Op) {
 	s := k.shape[i]
 	if k.st == nil {
-		return sim.Op{Kind: sim.OpKernel, Durs: k.full[s.off : s.off+s.n : s.off+s.n]}
+		*op = sim.Op{Kind: sim.OpKernel, Durs: k.full[s.off : s.off+s.n : s.off+s.n]}
+		return
 	}
-	return sim.Op{Kind: sim.OpKernel, Dur: k.sum[i], Count: uint32(s.n), Burst: &k.bursts[i]}
+	*op = sim.Op{Kind: sim.OpKernel, Dur: k.sum[i], Count: uint32(s.n), Burst: &k.bursts[i]}
 }
 
 // single returns single-draw segment i of the current key.

@@ -126,44 +126,53 @@ type lcProgram struct {
 }
 
 // Next implements sim.Program.
-func (p *lcProgram) Next(now uint64) (sim.Op, error) {
-	if p.inReq {
-		return p.step(), nil
+func (p *lcProgram) Next(now uint64) (op sim.Op, err error) {
+	err = p.NextInto(now, &op)
+	return op, err
+}
+
+// NextInto implements sim.ProgramInto.
+func (p *lcProgram) NextInto(now uint64, op *sim.Op) error {
+	switch {
+	case p.inReq:
+		p.step(op)
+	case p.d.closed:
+		p.closedNext(now, op)
+	default:
+		if r, ok := p.d.take(now); ok {
+			p.begin(r, op)
+		} else if !p.d.hasNext {
+			*op = sim.Op{Kind: sim.OpStop}
+		} else {
+			*op = sim.Op{Kind: sim.OpWaitUntil, At: p.d.next.at}
+		}
 	}
-	if p.d.closed {
-		return p.closedNext(now), nil
-	}
-	if r, ok := p.d.take(now); ok {
-		return p.begin(r), nil
-	}
-	if !p.d.hasNext {
-		return sim.Op{Kind: sim.OpStop}, nil
-	}
-	return sim.Op{Kind: sim.OpWaitUntil, At: p.d.next.at}, nil
+	return nil
 }
 
 // closedNext is Next for a closed workload: think, then send the next
 // request, until the horizon.
-func (p *lcProgram) closedNext(now uint64) sim.Op {
+func (p *lcProgram) closedNext(now uint64, op *sim.Op) {
 	if !p.thinking {
 		p.thinking = true
 		p.nextAt = now + p.d.thinkTime()
 	}
 	switch {
 	case p.nextAt >= p.d.horizon:
-		return sim.Op{Kind: sim.OpStop}
+		*op = sim.Op{Kind: sim.OpStop}
 	case p.nextAt > now:
-		return sim.Op{Kind: sim.OpWaitUntil, At: p.nextAt}
+		*op = sim.Op{Kind: sim.OpWaitUntil, At: p.nextAt}
+	default:
+		p.thinking = false
+		p.begin(p.d.arrive(p.nextAt), op)
 	}
-	p.thinking = false
-	return p.begin(p.d.arrive(p.nextAt))
 }
 
 // begin starts serving r: its service times are drawn (or read) now.
-func (p *lcProgram) begin(r request) sim.Op {
+func (p *lcProgram) begin(r request, op *sim.Op) {
 	p.draws.load(r.idx, r.seed)
 	p.inReq, p.si, p.rep, p.seg = true, 0, 0, 0
-	return sim.Op{Kind: sim.OpBegin, At: r.at}
+	*op = sim.Op{Kind: sim.OpBegin, At: r.at}
 }
 
 // seed seeds the generator of the service times of the request with the
@@ -178,25 +187,29 @@ func (p *lcProgram) next() int {
 	return p.seg - 1
 }
 
-func (p *lcProgram) step() sim.Op {
+// step writes the request's next operation.
+func (p *lcProgram) step(op *sim.Op) {
 	if p.needSync {
 		p.needSync = false
-		return sim.Op{Kind: sim.OpSync}
+		*op = sim.Op{Kind: sim.OpSync}
+		return
 	}
 	if p.si == len(p.steps) {
 		p.inReq = false
-		return sim.Op{Kind: sim.OpEnd}
+		*op = sim.Op{Kind: sim.OpEnd}
+		return
 	}
 	st := &p.steps[p.si]
 	switch st.kind {
 	case stepCopy:
 		p.si++
-		return sim.Op{Kind: sim.OpCopy, Bytes: st.bytes, Dir: st.dir}
+		*op = sim.Op{Kind: sim.OpCopy, Bytes: st.bytes, Dir: st.dir}
 	case stepKernel:
 		if !st.syncEach && p.rep == 0 && st.count > 1 {
 			// The launches of a step go out back to back: one burst.
 			p.si++
-			return p.draws.kernels(p.next())
+			p.draws.kernels(p.next(), op)
+			return
 		}
 		p.rep++
 		if p.rep >= st.count {
@@ -204,11 +217,12 @@ func (p *lcProgram) step() sim.Op {
 			p.rep = 0
 		}
 		p.needSync = st.syncEach
-		return sim.Op{Kind: sim.OpKernel, Dur: p.draws.single(p.next())}
+		*op = sim.Op{Kind: sim.OpKernel, Dur: p.draws.single(p.next())}
 	case stepHost:
 		p.si++
-		return sim.Op{Kind: sim.OpSleep, Dur: p.draws.single(p.next())}
+		*op = sim.Op{Kind: sim.OpSleep, Dur: p.draws.single(p.next())}
+	default:
+		p.si++
+		*op = sim.Op{Kind: sim.OpSync}
 	}
-	p.si++
-	return sim.Op{Kind: sim.OpSync}
 }

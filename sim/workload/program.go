@@ -522,25 +522,30 @@ func (p *beProgram) seed(cycle, _ uint64) {
 }
 
 // Next implements sim.Program.
-func (p *beProgram) Next(uint64) (sim.Op, error) {
-	if !p.inCycle {
-		p.inCycle = true
-		p.draws.load(p.cycle, p.cycle)
-		return p.draws.kernels(0), nil
+func (p *beProgram) Next(now uint64) (op sim.Op, err error) {
+	err = p.NextInto(now, &op)
+	return op, err
+}
+
+// NextInto implements sim.ProgramInto.
+func (p *beProgram) NextInto(_ uint64, op *sim.Op) error {
+	for {
+		switch {
+		case !p.inCycle:
+			p.inCycle = true
+			p.draws.load(p.cycle, p.cycle)
+			p.draws.kernels(0, op)
+		case !p.synced:
+			p.synced = true
+			*op = sim.Op{Kind: sim.OpSync}
+		default:
+			p.inCycle, p.synced = false, false
+			p.cycle++
+			if p.gap == nil {
+				continue
+			}
+			*op = sim.Op{Kind: sim.OpSleep, Dur: p.draws.single(1)}
+		}
+		return nil
 	}
-	if !p.synced {
-		p.synced = true
-		return sim.Op{Kind: sim.OpSync}, nil
-	}
-	p.inCycle, p.synced = false, false
-	gap := p.gap != nil
-	var d uint64
-	if gap {
-		d = p.draws.single(1)
-	}
-	p.cycle++
-	if gap {
-		return sim.Op{Kind: sim.OpSleep, Dur: d}, nil
-	}
-	return p.Next(0)
 }
