@@ -509,6 +509,68 @@ func TestBurstEqualsLaunches(t *testing.T) {
 	}
 }
 
+// scriptInto is a script that writes its operations in place
+// (ProgramInto).
+type scriptInto struct{ script }
+
+func (s *scriptInto) NextInto(now uint64, op *Op) error {
+	var err error
+	*op, err = s.Next(now)
+	return err
+}
+
+// TestProgramInto: a program that writes its operations in place runs
+// exactly as one that returns them, gated and ungated.
+func TestProgramInto(t *testing.T) {
+	ops := []Op{{Kind: OpKernel, Dur: 100 * us}, {Kind: OpCopy, Bytes: 1 << 20}, {Kind: OpSleep, Dur: 50 * us},
+		{Kind: OpKernel, Durs: []uint64{30 * us, 70 * us}}, {Kind: OpSync}, {Kind: OpKernel, Dur: 10 * us}, {Kind: OpSync}}
+	var got [2]string
+	for i := range got {
+		var prog Program = &script{ops: ops}
+		if i == 1 {
+			prog = &scriptInto{script{ops: ops}}
+		}
+		s, pids := mustSim(t, &Options{Mode: ModePriority, Observe: true}, Process{Name: "A", Program: prog},
+			Process{Name: "B", Class: ClassLC, Program: kernels(40*us, 40*us)})
+		if err := s.Gate(pids[0]); err != nil {
+			t.Fatal(err)
+		}
+		s.Start(uint64(time.Second))
+		_ = s.SetReadDeadline(100 * us)
+		var ev trace.Event
+		for {
+			if err := s.Read(&ev); errors.Is(err, trace.ErrDeadline) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Ungate(pids[0]); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.SetReadDeadline(0)
+		for {
+			if err := s.Read(&ev); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := s.Stats()
+		got[i] = fmt.Sprintf("%v %+v", st.Timeline, st.GPUs)
+		for _, p := range st.Procs {
+			p.Latency = nil
+			got[i] += fmt.Sprintf(" %+v", p)
+		}
+	}
+	if got[0] != got[1] {
+		t.Errorf("in place:\n%s\nreturned:\n%s", got[1], got[0])
+	}
+	if !strings.Contains(got[0], "KernelsCompleted:4") || !strings.Contains(got[0], "Syncs:2") {
+		t.Errorf("the gated program did not run to its end: %s", got[0])
+	}
+}
+
 // TestBurstEvents: a controller reads a burst's launches as it reads the
 // same kernels launched one by one: one launch event per kernel, at the
 // instant of the launch, between the events around them.
