@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 )
@@ -40,11 +41,13 @@ type streamKey struct {
 	width int
 }
 
-// drawStream is one workload's draws: recent ones in full, and the
-// summaries of those some run still has to read.
+// drawStream is one workload's draws: recent ones in full, the first
+// draws of recent keys drawn again for preemptions, and the summaries of
+// those some run still has to read.
 type drawStream struct {
-	full drawRing
-	sums sumTable
+	full  drawRing
+	parts partRing
+	sums  sumTable
 }
 
 // NewDraws returns an empty cache.
@@ -96,6 +99,58 @@ func (r *drawRing) get(key, check uint64, n int) *drawEntry {
 // put keeps e, whose slices must not be modified after.
 func (r *drawRing) put(e *drawEntry) {
 	r.slots[e.key%drawKeep].Store(e)
+}
+
+// partRing keeps, for the last drawKeep keys drawn again in part, the
+// draws so far and the generator where they left it, in the slot of the
+// key modulo drawKeep, so that the runs that meet a preemption in the
+// same key draw its kernels once between them.
+type partRing struct {
+	slots [drawKeep]atomic.Pointer[partEntry]
+}
+
+// partEntry is a key's first draws, drawn again as far as runs asked.
+type partEntry struct {
+	key, check uint64
+
+	mu   sync.Mutex
+	vals []uint64 // the draws so far; cap: all of the key's
+	pcg  rand.PCG
+	rng  *rand.Rand // draws from pcg, which is where vals left it
+}
+
+// get returns the entry of key (and check), making it if none is kept.
+// The slot goes to the newest key; a run whose entry lost its slot draws
+// on in it alone.
+func (r *partRing) get(key, check uint64, n int, seed seedFunc) *partEntry {
+	slot := &r.slots[key%drawKeep]
+	old := slot.Load()
+	if old != nil && old.key == key && old.check == check && cap(old.vals) == n {
+		return old
+	}
+	e := &partEntry{key: key, check: check, vals: make([]uint64, 0, n)}
+	seed(&e.pcg, key, check)
+	e.rng = rand.New(&e.pcg)
+	if !slot.CompareAndSwap(old, e) {
+		if cur := slot.Load(); cur != nil && cur.key == key && cur.check == check && cap(cur.vals) == n {
+			return cur
+		}
+	}
+	return e
+}
+
+// upTo returns the key's first draws, at least want of them (or as many
+// as there are), drawing more with runs if needed: a chunk past want, up
+// to limit (the end of the burst asked about). The slice returned is not
+// changed later: more draws go past its end.
+func (e *partEntry) upTo(want, limit int, runs []drawRun) []uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.vals) < want {
+		m := min(max(want, len(e.vals)+burstChunk), max(limit, want), cap(e.vals))
+		e.vals = drawTo(runs, e.rng, e.vals, m)
+	}
+	return e.vals
 }
 
 // sumChunkKeys is how many consecutive keys a chunk of a summary table

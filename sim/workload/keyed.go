@@ -15,16 +15,20 @@ type segment struct {
 	burst  bool
 }
 
+// seedFunc seeds a generator for a key's draws.
+type seedFunc func(g *rand.PCG, key, check uint64)
+
 // keyed gives one program the draws of its keys (the cycles of a BE
 // workload, the requests of an LC one), shared with the comparison's
 // other runs through a Draws when there is one (see Draws). A program
 // loads a key, then asks for its segments in order.
 type keyed struct {
 	shape  []segment
-	runs   []drawRun               // the samplers of a key's draws, in order
-	n      int                     // draws per key
-	seed   func(key, check uint64) // seeds svc for a key's draws
-	svc    *rand.Rand
+	runs   []drawRun // the samplers of a key's draws, in order
+	n      int       // draws per key
+	seed   seedFunc
+	pcg    rand.PCG
+	rng    *rand.Rand  // draws from pcg
 	st     *drawStream // nil: draws alone
 	rd     *sumReader
 	bursts []keyedBurst // per segment, for sim.Op.Burst
@@ -34,8 +38,9 @@ type keyed struct {
 	// sum holds, per segment, a burst's total or the single draw (when
 	// shared); part holds the key's first draws, drawn again as far as
 	// the simulator asked for a burst's kernels.
-	full, sum, part []uint64
-	buf             []uint64 // drawn alone
+	full, sum []uint64
+	part      *partEntry
+	buf       []uint64 // drawn alone
 }
 
 // burstChunk is how many more of a burst's kernels are drawn again at a
@@ -44,10 +49,11 @@ type keyed struct {
 const burstChunk = 32
 
 // newKeyed returns the draws of a program whose keys have the given
-// shape, drawn from runs by svc once seeded by seed, shared through st if
-// not nil.
-func newKeyed(shape []segment, runs []drawRun, svc *rand.Rand, seed func(key, check uint64), st *drawStream) *keyed {
-	k := &keyed{shape: shape, runs: runs, svc: svc, seed: seed, st: st}
+// shape, drawn from runs once seeded by seed, shared through st if not
+// nil.
+func newKeyed(shape []segment, runs []drawRun, seed seedFunc, st *drawStream) *keyed {
+	k := &keyed{shape: shape, runs: runs, seed: seed, st: st}
+	k.rng = rand.New(&k.pcg)
 	for _, r := range runs {
 		k.n += r.n
 	}
@@ -57,7 +63,6 @@ func newKeyed(shape []segment, runs []drawRun, svc *rand.Rand, seed func(key, ch
 	}
 	if st != nil {
 		k.rd = st.sums.reader()
-		k.part = make([]uint64, 0, k.n)
 	}
 	return k
 }
@@ -72,11 +77,11 @@ func (k *keyed) load(key, check uint64) {
 		if cap(k.buf) < k.n {
 			k.buf = make([]uint64, 0, k.n)
 		}
-		k.seed(key, check)
-		k.full = k.drawTo(k.buf[:0], k.n)
+		k.seed(&k.pcg, key, check)
+		k.full = drawTo(k.runs, k.rng, k.buf[:0], k.n)
 		return
 	}
-	k.part = k.part[:0]
+	k.part = nil
 	if e := k.st.full.get(key, check, k.n); e != nil {
 		k.full, k.sum = e.vals, e.sum
 		return
@@ -96,8 +101,8 @@ func (k *keyed) draw() *drawEntry {
 	w := len(k.shape)
 	buf := make([]uint64, k.n+w)
 	e := &drawEntry{key: k.key, check: k.check, sum: buf[k.n:]}
-	k.seed(k.key, k.check)
-	e.vals = k.drawTo(buf[:0:k.n], k.n)
+	k.seed(&k.pcg, k.key, k.check)
+	e.vals = drawTo(k.runs, k.rng, buf[:0:k.n], k.n)
 	for i, s := range k.shape {
 		v := e.vals[s.off]
 		if s.burst {
@@ -112,15 +117,15 @@ func (k *keyed) draw() *drawEntry {
 	return e
 }
 
-// drawTo extends vals, the current key's first draws with the generator
-// where they left it, to its first m draws (cap(vals) ≥ m).
-func (k *keyed) drawTo(vals []uint64, m int) []uint64 {
+// drawTo extends vals, a key's first draws from runs with rng where they
+// left it, to its first m draws (cap(vals) ≥ m).
+func drawTo(runs []drawRun, rng *rand.Rand, vals []uint64, m int) []uint64 {
 	off := 0
-	for _, r := range k.runs {
+	for _, r := range runs {
 		if i := len(vals); i < off+r.n && i < m {
 			hi := min(off+r.n, m)
 			vals = vals[:hi]
-			r.s.drawInto(k.svc, vals[i:hi])
+			r.s.drawInto(rng, vals[i:hi])
 		}
 		if off += r.n; off >= m {
 			break
@@ -161,8 +166,9 @@ type keyedBurst struct {
 }
 
 // Kernels implements sim.Burst: the burst's durations from the key's
-// draws in full (this run's, or those of a run close by, which meets the
-// same preemptions), else drawn again as far as asked, a chunk at a time.
+// draws in full (this run's, or those of a run close by), else drawn
+// again as far as asked, a chunk at a time, with the runs close by,
+// which meet the same preemptions.
 func (b *keyedBurst) Kernels(n int) []uint64 {
 	k, s := b.k, b.k.shape[b.seg]
 	if k.full == nil {
@@ -173,12 +179,15 @@ func (b *keyedBurst) Kernels(n int) []uint64 {
 	if k.full != nil {
 		return k.full[s.off : s.off+s.n : s.off+s.n]
 	}
-	if want := s.off + n; len(k.part) < want {
-		if len(k.part) == 0 {
-			k.seed(k.key, k.check)
-		}
-		k.part = k.drawTo(k.part, min(max(want, len(k.part)+burstChunk), s.off+s.n))
+	if k.part == nil {
+		k.part = k.st.parts.get(k.key, k.check, k.n, k.seed)
 	}
-	end := min(len(k.part), s.off+s.n)
-	return k.part[s.off:end:end]
+	vals := k.part.upTo(s.off+n, s.off+s.n, k.runs)
+	if len(vals) == k.n {
+		// Drawn in full: the runs that load the key next need nothing more.
+		k.full = vals
+		k.st.full.put(&drawEntry{key: k.key, check: k.check, vals: vals, sum: k.sum})
+	}
+	end := min(len(vals), s.off+s.n)
+	return vals[s.off:end:end]
 }

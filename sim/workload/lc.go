@@ -105,8 +105,6 @@ func (d *dispatcher) take(now uint64) (request, bool) {
 // request at a time, taking them from the shared dispatcher.
 type lcProgram struct {
 	d      *dispatcher
-	pcg    *rand.PCG
-	svc    *rand.Rand
 	stream uint64
 	steps  []step
 
@@ -175,10 +173,9 @@ func (p *lcProgram) begin(r request, op *sim.Op) {
 	*op = sim.Op{Kind: sim.OpBegin, At: r.at}
 }
 
-// seed seeds the generator of the service times of the request with the
-// given seed.
-func (p *lcProgram) seed(_, seed uint64) {
-	p.pcg.Seed(seed, p.stream)
+// seed seeds g for the service times of the request with the given seed.
+func (p *lcProgram) seed(g *rand.PCG, _, seed uint64) {
+	g.Seed(seed, p.stream)
 }
 
 // next returns the index of the request's next segment of draws.

@@ -146,9 +146,8 @@ func (f *File) Workloads() ([]Workload, error) {
 				Name: name, Group: lc.Name, Class: sim.ClassLC, GPU: lc.GPU, SLO: lc.SLO, Source: "lc", Labels: lc.Labels, Env: lc.Env,
 				newDispatcher: newDispatcher,
 				newProgram: func(seed, _ uint64, d *dispatcher, draws *Draws) sim.Program {
-					pcg := rand.NewPCG(0, 0)
-					p := &lcProgram{d: d, pcg: pcg, svc: rand.New(pcg), stream: h, steps: steps}
-					p.draws = newKeyed(shape, order, p.svc, p.seed, draws.stream(streamID(lc.Name, false), len(shape)))
+					p := &lcProgram{d: d, stream: h, steps: steps}
+					p.draws = newKeyed(shape, order, p.seed, draws.stream(streamID(lc.Name, false), len(shape)))
 					return p
 				},
 			})
@@ -168,13 +167,12 @@ func (f *File) Workloads() ([]Workload, error) {
 		out = append(out, Workload{
 			Name: be.Name, Group: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be", Labels: be.Labels, Env: be.Env,
 			newProgram: func(seed, _ uint64, _ *dispatcher, draws *Draws) sim.Program {
-				pcg := rand.NewPCG(0, 0)
-				p := &beProgram{pcg: pcg, svc: rand.New(pcg), runSeed: seed, stream: ^nameHash(be.Name), kernel: k, every: every, gap: gap}
+				p := &beProgram{runSeed: seed, stream: ^nameHash(be.Name), kernel: k, every: every, gap: gap}
 				shape, runs := []segment{{off: 0, n: every, burst: true}}, []drawRun{{k, every}}
 				if gap != nil {
 					shape, runs = append(shape, segment{off: every, n: 1}), append(runs, drawRun{gap, 1})
 				}
-				p.draws = newKeyed(shape, runs, p.svc, p.seed, draws.stream(streamID(be.Name, true), len(shape)))
+				p.draws = newKeyed(shape, runs, p.seed, draws.stream(streamID(be.Name, true), len(shape)))
 				return p
 			},
 		})
@@ -502,8 +500,6 @@ func compileSteps(in []Step) []step {
 // run's seed, the workload's name and the cycle's number, so they are
 // the same in every run, drawn in any order, and shared through draws.
 type beProgram struct {
-	pcg             *rand.PCG
-	svc             *rand.Rand
 	runSeed, stream uint64
 	kernel          *sampler
 	gap             *sampler
@@ -515,10 +511,9 @@ type beProgram struct {
 	synced  bool
 }
 
-// seed seeds the generator of cycle's service times (its kernels', then
-// its gap's).
-func (p *beProgram) seed(cycle, _ uint64) {
-	p.pcg.Seed(p.runSeed, mix(p.stream^cycle))
+// seed seeds g for cycle's service times (its kernels', then its gap's).
+func (p *beProgram) seed(g *rand.PCG, cycle, _ uint64) {
+	g.Seed(p.runSeed, mix(p.stream^cycle))
 }
 
 // Next implements sim.Program.
