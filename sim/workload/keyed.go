@@ -142,10 +142,12 @@ func drawTo(runs []drawRun, rng *rand.Rand, vals []uint64, m int) []uint64 {
 func (k *keyed) kernels(i int, op *sim.Op) {
 	s := k.shape[i]
 	if k.st == nil {
-		*op = sim.Op{Kind: sim.OpKernel, Durs: k.full[s.off : s.off+s.n : s.off+s.n]}
+		put(op, sim.OpKernel, 0, 0)
+		op.Durs = k.full[s.off : s.off+s.n : s.off+s.n]
 		return
 	}
-	*op = sim.Op{Kind: sim.OpKernel, Dur: k.sum[i], Count: uint32(s.n), Burst: &k.bursts[i]}
+	put(op, sim.OpKernel, k.sum[i], 0)
+	op.Count, op.Burst = uint32(s.n), &k.bursts[i]
 }
 
 // single returns single-draw segment i of the current key.

@@ -140,9 +140,9 @@ func (p *lcProgram) NextInto(now uint64, op *sim.Op) error {
 		if r, ok := p.d.take(now); ok {
 			p.begin(r, op)
 		} else if !p.d.hasNext {
-			*op = sim.Op{Kind: sim.OpStop}
+			put(op, sim.OpStop, 0, 0)
 		} else {
-			*op = sim.Op{Kind: sim.OpWaitUntil, At: p.d.next.at}
+			put(op, sim.OpWaitUntil, 0, p.d.next.at)
 		}
 	}
 	return nil
@@ -157,9 +157,9 @@ func (p *lcProgram) closedNext(now uint64, op *sim.Op) {
 	}
 	switch {
 	case p.nextAt >= p.d.horizon:
-		*op = sim.Op{Kind: sim.OpStop}
+		put(op, sim.OpStop, 0, 0)
 	case p.nextAt > now:
-		*op = sim.Op{Kind: sim.OpWaitUntil, At: p.nextAt}
+		put(op, sim.OpWaitUntil, 0, p.nextAt)
 	default:
 		p.thinking = false
 		p.begin(p.d.arrive(p.nextAt), op)
@@ -170,7 +170,7 @@ func (p *lcProgram) closedNext(now uint64, op *sim.Op) {
 func (p *lcProgram) begin(r request, op *sim.Op) {
 	p.draws.load(r.idx, r.seed)
 	p.inReq, p.si, p.rep, p.seg = true, 0, 0, 0
-	*op = sim.Op{Kind: sim.OpBegin, At: r.at}
+	put(op, sim.OpBegin, 0, r.at)
 }
 
 // seed seeds g for the service times of the request with the given seed.
@@ -188,19 +188,20 @@ func (p *lcProgram) next() int {
 func (p *lcProgram) step(op *sim.Op) {
 	if p.needSync {
 		p.needSync = false
-		*op = sim.Op{Kind: sim.OpSync}
+		put(op, sim.OpSync, 0, 0)
 		return
 	}
 	if p.si == len(p.steps) {
 		p.inReq = false
-		*op = sim.Op{Kind: sim.OpEnd}
+		put(op, sim.OpEnd, 0, 0)
 		return
 	}
 	st := &p.steps[p.si]
 	switch st.kind {
 	case stepCopy:
 		p.si++
-		*op = sim.Op{Kind: sim.OpCopy, Bytes: st.bytes, Dir: st.dir}
+		put(op, sim.OpCopy, 0, 0)
+		op.Bytes, op.Dir = st.bytes, st.dir
 	case stepKernel:
 		if !st.syncEach && p.rep == 0 && st.count > 1 {
 			// The launches of a step go out back to back: one burst.
@@ -214,12 +215,12 @@ func (p *lcProgram) step(op *sim.Op) {
 			p.rep = 0
 		}
 		p.needSync = st.syncEach
-		*op = sim.Op{Kind: sim.OpKernel, Dur: p.draws.single(p.next())}
+		put(op, sim.OpKernel, p.draws.single(p.next()), 0)
 	case stepHost:
 		p.si++
-		*op = sim.Op{Kind: sim.OpSleep, Dur: p.draws.single(p.next())}
+		put(op, sim.OpSleep, p.draws.single(p.next()), 0)
 	default:
 		p.si++
-		*op = sim.Op{Kind: sim.OpSync}
+		put(op, sim.OpSync, 0, 0)
 	}
 }

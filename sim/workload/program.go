@@ -532,15 +532,25 @@ func (p *beProgram) NextInto(_ uint64, op *sim.Op) error {
 			p.draws.kernels(0, op)
 		case !p.synced:
 			p.synced = true
-			*op = sim.Op{Kind: sim.OpSync}
+			put(op, sim.OpSync, 0, 0)
 		default:
 			p.inCycle, p.synced = false, false
 			p.cycle++
 			if p.gap == nil {
 				continue
 			}
-			*op = sim.Op{Kind: sim.OpSleep, Dur: p.draws.single(1)}
+			put(op, sim.OpSleep, p.draws.single(1), 0)
 		}
 		return nil
 	}
+}
+
+// put writes an operation of kind into op, field by field (the caller
+// sets the fields past Dur and At). Assigning a whole sim.Op builds it on
+// the stack and copies it in 16-byte pieces, which the processor cannot
+// forward from the narrower stores that built it: a stall for every
+// operation.
+func put(op *sim.Op, kind sim.OpKind, dur, at uint64) {
+	op.Kind, op.Dur, op.At, op.Bytes, op.Dir = kind, dur, at, 0, 0
+	op.Durs, op.Burst, op.Count = nil, nil, 0
 }
