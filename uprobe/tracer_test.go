@@ -152,10 +152,11 @@ func TestPIDFilterSparesOthers(t *testing.T) {
 	tr := openTracer(t, o)
 	probed := listed.bestPerCall(t, n, reps)
 	spared := other.bestPerCall(t, n, reps)
+	// That the listed process is probed is shown by its events below,
+	// not by its time per call: what the probes add varies with the
+	// machine's load. Only the unlisted process's cost is bounded here,
+	// generously.
 	t.Logf("ns/call: unprobed %.0f, listed %.0f, unlisted %.0f", base, probed, spared)
-	if probed < base+500 {
-		t.Errorf("listed process %.0f ns/call vs %.0f unprobed: not probed", probed, base)
-	}
 	if spared > 2*base+300 {
 		t.Errorf("unlisted process %.0f ns/call vs %.0f unprobed: it pays for the probes", spared, base)
 	}
