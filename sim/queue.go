@@ -108,23 +108,27 @@ func (q *queue) set(i int32, t, seq uint64) {
 }
 
 // setSorted is set on the sorted array: the source's old event, if any,
-// is taken out, and e goes in after the events later than it.
+// is taken out, and e goes in after the events later than it. Both move
+// the entries between by hand: there are a few, and most events go in
+// near the end (they are soon).
 func (q *queue) setSorted(e event) {
 	ev := q.events
 	if q.srcs[e.src].pos >= 0 {
-		for j := range ev {
-			if ev[j].src == e.src {
-				ev = append(ev[:j], ev[j+1:]...)
-				break
-			}
+		j := len(ev) - 1
+		for ev[j].src != e.src {
+			j--
 		}
+		for ; j+1 < len(ev); j++ {
+			ev[j] = ev[j+1]
+		}
+		ev = ev[:len(ev)-1]
 	}
-	j := len(ev)
+	ev = append(ev, e)
+	j := len(ev) - 1
 	for j > 0 && ev[j-1].before(&e) {
+		ev[j] = ev[j-1]
 		j--
 	}
-	ev = append(ev, event{})
-	copy(ev[j+1:], ev[j:])
 	ev[j] = e
 	q.events = ev
 	q.srcs[e.src].pos = 0
