@@ -14,21 +14,24 @@ import (
 // log-normal kernel) is the largest single cost of a run, so the first
 // simulation to need them draws them and the others read them.
 //
-// Two stores serve the others. The draws in full are kept for the last
+// Three stores serve the others. The draws in full are kept for the last
 // few thousand keys (requests, cycles) of each stream: the runs, held
-// within a second of simulated time of each other, serve the same
-// requests at about the same time. But how many cycles a BE workload has
-// run by then differs from one baseline to the next (by a quarter and
-// more where LC takes the GPU), and so may the requests of a closed LC
-// workload: for those, a run far behind the first finds what every run
-// needs of a key, a summary (the total of each burst of kernels, and each
-// single draw), in a table kept until every run reading it has passed,
-// and hands its bursts to the simulator by their totals (sim.Op.Burst).
-// Only if the simulator needs a burst's kernels one by one (a preemption
-// in the middle of it) are they drawn again. A simulation that finds
-// neither (it lags too far, or ran alone) draws them itself: the values
-// are the same either way, so sharing changes no result, only the work.
-// Safe for concurrent use; use NewDraws. One Draws serves one seed.
+// within a second of simulated time of each other where that keeps every
+// thread busy, serve the same requests at about the same time. But how
+// many cycles a BE workload has run by then differs from one baseline to
+// the next (by a quarter and more where LC takes the GPU), and so may
+// the requests of a closed LC workload, or of a run let go ahead: for
+// those, a run far behind the first finds what every run needs of a key,
+// a summary (the total of each burst of kernels, and each single draw),
+// in a table kept until every run reading it has passed, and hands its
+// bursts to the simulator by their totals (sim.Op.Burst). Only if the
+// simulator needs a burst's kernels one by one (a preemption in the
+// middle of it) are they drawn again, as far as it needs them, and kept
+// for a while for the runs close by, which meet the same preemptions. A
+// simulation that finds none of these (it lags too far, or ran alone)
+// draws them itself: the values are the same either way, so sharing
+// changes no result, only the work. Safe for concurrent use; use
+// NewDraws. One Draws serves one seed.
 type Draws struct {
 	mu      sync.Mutex
 	streams map[streamKey]*drawStream

@@ -36,8 +36,8 @@ type keyed struct {
 	key, check uint64
 	// full holds the key's draws, nil while only its summary is at hand;
 	// sum holds, per segment, a burst's total or the single draw (when
-	// shared); part holds the key's first draws, drawn again as far as
-	// the simulator asked for a burst's kernels.
+	// shared); part holds the key's first draws, drawn again (with the
+	// runs close by) as far as the simulator asked for a burst's kernels.
 	full, sum []uint64
 	part      *partEntry
 	buf       []uint64 // drawn alone
