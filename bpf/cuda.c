@@ -165,6 +165,31 @@ struct {
 	__type(value, __u8);
 } filter_cgroups SEC(".maps");
 
+// Expedited processes (tgid): those whose requests the daemon must see at
+// once, the latency-critical ones (Tracer.Expedite). Below the fill
+// threshold the reader finds a record only when its poll deadline expires
+// (about 10 ms), and the engine preempts best-effort work for a request
+// only once its first call arrives. The value is when the process was last
+// busy: the entry of its latest launch or copy, or the return of its
+// latest synchronizer. A launch or copy at least expedite_gap_ns after that
+// opens a request, and its record wakes the reader. Entries of exited
+// processes are dropped in sched_exit.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+} expedite SEC(".maps");
+
+// Nonzero while expedite may hold a process (the tracer sets it): until
+// then the probes skip its lookup, so that a node without expedited
+// processes pays nothing for it.
+volatile __u32 expedite_listed = 0;
+
+// Set by the loader: the engine's idle gap. 0 wakes the reader at every
+// launch and copy of an expedited process.
+const volatile __u64 expedite_gap_ns = 0;
+
 // A synchronizer's entry, kept from its entry probe until its return probe
 // (the same thread), which emits the event. active is cleared at the
 // return, so that a return without a recorded entry (probes attached
@@ -314,12 +339,41 @@ static __always_inline struct event *reserve(__u64 pid_tgid, __u64 cgroup, __u8 
 	return e;
 }
 
-static __always_inline void submit(struct event *e)
+// submit queues a record; it wakes the reader where wake is set or past
+// the fill threshold.
+static __always_inline void submit(struct event *e, int wake)
 {
 	__u64 flags = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+	if (wake || bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
+}
+
+// opens_request is whether a launch or copy at time opens a request of an
+// expedited process (see expedite); it notes the process busy. Threads of
+// one process race on the time without harm: a later time written first
+// makes the other's difference negative, not a wake-up.
+static __always_inline int opens_request(__u32 tgid, __u64 time)
+{
+	if (!expedite_listed)
+		return 0;
+	__u64 *busy = bpf_map_lookup_elem(&expedite, &tgid);
+	if (!busy)
+		return 0;
+	__s64 idle = time - *busy;
+	*busy = time;
+	return idle >= (__s64)expedite_gap_ns;
+}
+
+// ends_call notes an expedited process busy until now, the return of a
+// synchronizer.
+static __always_inline void ends_call(__u32 tgid, __u64 now)
+{
+	if (!expedite_listed)
+		return;
+	__u64 *busy = bpf_map_lookup_elem(&expedite, &tgid);
+	if (busy && (__s64)(now - *busy) > 0)
+		*busy = now;
 }
 
 // Kernel types read with CO-RE; field offsets are relocated against the
@@ -414,7 +468,7 @@ static __always_inline int uprobe_launch_body(struct regs *r)
 	e->dims[5] = LAUNCH_ARG7(r);
 	e->dims[6] = LAUNCH_ARG8(r);
 	e->args[1] = stack_arg(r, 9);
-	submit(e);
+	submit(e, opens_request(pid_tgid >> 32, time));
 	return 0;
 }
 
@@ -448,7 +502,7 @@ static __always_inline int uprobe_launch_ex_body(struct regs *r)
 	}
 	e->time = time;
 	e->args[0] = ARG2(r);
-	submit(e);
+	submit(e, opens_request(pid_tgid >> 32, time));
 	return 0;
 }
 
@@ -474,7 +528,7 @@ static __always_inline int uprobe_args_body(struct regs *r)
 	e->args[1] = ARG2(r);
 	e->args[2] = ARG3(r);
 	e->args[3] = ARG4(r);
-	submit(e);
+	submit(e, opens_request(pid_tgid >> 32, time));
 	return 0;
 }
 
@@ -536,8 +590,9 @@ static __always_inline int uretprobe_sync_body(struct regs *r)
 	// no weakly ordered CPU lets another thread's claim overtake the reads.
 	if (slot)
 		__sync_lock_test_and_set(&slot->owner, 0);
+	ends_call(pid_tgid >> 32, now);
 	if (e)
-		submit(e);
+		submit(e, 0);
 	return 0;
 }
 
@@ -590,7 +645,7 @@ int sched_exec(void *ctx)
 	e->time = bpf_ktime_get_ns();
 	e->dims[0] = BPF_CORE_READ(task, real_parent, tgid);
 	bpf_get_current_comm(&e->args, 16);
-	submit(e);
+	submit(e, 0);
 	return 0;
 }
 
@@ -611,8 +666,10 @@ int sched_exit(void *ctx)
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
 	__u32 tgid = pid_tgid >> 32;
-	// Its gate goes with it, traced or not.
+	// Its gate and its expediting go with it, traced or not.
 	bpf_map_delete_elem(&launch_gate, &tgid);
+	if (expedite_listed)
+		bpf_map_delete_elem(&expedite, &tgid);
 	if (!traced(tgid, cgroup))
 		return 0;
 	// The process is gone: a later one that reuses its pid is not listed.
@@ -623,6 +680,6 @@ int sched_exit(void *ctx)
 	e->time = bpf_ktime_get_ns();
 	e->result = BPF_CORE_READ(task, exit_code);
 	bpf_get_current_comm(&e->args, 16);
-	submit(e);
+	submit(e, 0);
 	return 0;
 }

@@ -57,6 +57,7 @@ type CudaSyncSlot struct {
 const (
 	CudaMapDrops                = "drops"
 	CudaMapEvents               = "events"
+	CudaMapExpedite             = "expedite"
 	CudaMapFilterCgroups        = "filter_cgroups"
 	CudaMapFilterTgids          = "filter_tgids"
 	CudaMapGateSignals          = "gate_signals"
@@ -79,6 +80,8 @@ const (
 	CudaProgUretprobeIfuncMulti = "uretprobe_ifunc_multi"
 	CudaProgUretprobeSync       = "uretprobe_sync"
 	CudaProgUretprobeSyncMulti  = "uretprobe_sync_multi"
+	CudaVarExpediteGapNs        = "expedite_gap_ns"
+	CudaVarExpediteListed       = "expedite_listed"
 	CudaVarFilterMode           = "filter_mode"
 	CudaVarGateEnabled          = "gate_enabled"
 	CudaVarSyncSlotMask         = "sync_slot_mask"
@@ -154,6 +157,7 @@ type CudaProgramSpecs struct {
 type CudaMapSpecs struct {
 	Drops         *ebpf.MapSpec `ebpf:"drops"`
 	Events        *ebpf.MapSpec `ebpf:"events"`
+	Expedite      *ebpf.MapSpec `ebpf:"expedite"`
 	FilterCgroups *ebpf.MapSpec `ebpf:"filter_cgroups"`
 	FilterTgids   *ebpf.MapSpec `ebpf:"filter_tgids"`
 	GateSignals   *ebpf.MapSpec `ebpf:"gate_signals"`
@@ -166,6 +170,8 @@ type CudaMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CudaVariableSpecs struct {
+	ExpediteGapNs    *ebpf.VariableSpec `ebpf:"expedite_gap_ns"`
+	ExpediteListed   *ebpf.VariableSpec `ebpf:"expedite_listed"`
 	FilterMode       *ebpf.VariableSpec `ebpf:"filter_mode"`
 	GateEnabled      *ebpf.VariableSpec `ebpf:"gate_enabled"`
 	SyncSlotMask     *ebpf.VariableSpec `ebpf:"sync_slot_mask"`
@@ -197,6 +203,7 @@ func (o *CudaObjects) Close() error {
 type CudaMaps struct {
 	Drops         *ebpf.Map `ebpf:"drops"`
 	Events        *ebpf.Map `ebpf:"events"`
+	Expedite      *ebpf.Map `ebpf:"expedite"`
 	FilterCgroups *ebpf.Map `ebpf:"filter_cgroups"`
 	FilterTgids   *ebpf.Map `ebpf:"filter_tgids"`
 	GateSignals   *ebpf.Map `ebpf:"gate_signals"`
@@ -209,6 +216,7 @@ func (m *CudaMaps) Close() error {
 	return _CudaClose(
 		m.Drops,
 		m.Events,
+		m.Expedite,
 		m.FilterCgroups,
 		m.FilterTgids,
 		m.GateSignals,
@@ -222,6 +230,8 @@ func (m *CudaMaps) Close() error {
 //
 // It can be passed to LoadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CudaVariables struct {
+	ExpediteGapNs    *ebpf.Variable `ebpf:"expedite_gap_ns"`
+	ExpediteListed   *ebpf.Variable `ebpf:"expedite_listed"`
 	FilterMode       *ebpf.Variable `ebpf:"filter_mode"`
 	GateEnabled      *ebpf.Variable `ebpf:"gate_enabled"`
 	SyncSlotMask     *ebpf.Variable `ebpf:"sync_slot_mask"`

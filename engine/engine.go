@@ -141,6 +141,10 @@ type Engine struct {
 	mu     sync.Mutex
 	posted []posted
 	npost  atomic.Int32
+
+	// victimsStale: a classification since the chooser last answered may
+	// change its answer; the next preemption asks it first.
+	victimsStale bool
 }
 
 type posted struct {

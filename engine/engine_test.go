@@ -6,8 +6,11 @@ import (
 	"github.com/gpu-arbiter/arbiter/uprobe"
 )
 
-// The live tracer is an event source as it is.
-var _ engine.Source = (*uprobe.Tracer)(nil)
+// The live tracer is an event source as it is, one that flushes.
+var (
+	_ engine.Source  = (*uprobe.Tracer)(nil)
+	_ engine.Flusher = (*uprobe.Tracer)(nil)
+)
 
 // The simulator is an event source with a clock and read deadlines, and an
 // enforcer, as it is.

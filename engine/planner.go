@@ -86,6 +86,9 @@ func (e *Engine) plan(p *proc, register bool) {
 // default every process at suspend or gate level that is not itself
 // latency-critical.
 func (e *Engine) victims(gs *gpuState) []*proc {
+	if e.victimsStale && e.opts.Victims != nil {
+		e.chooseVictims()
+	}
 	var out []*proc
 	for _, v := range gs.procs {
 		if v.plan.LatencyCritical || v.level < sched.LevelSuspend {
@@ -264,6 +267,7 @@ func (e *Engine) control() {
 // processes yield, in the state where every GPU with latency-critical
 // work is busy, and caches the answer for the fast path.
 func (e *Engine) chooseVictims() {
+	e.victimsStale = false
 	st := ControlState{Time: e.now, SLO: map[string]ClassSLO{}}
 	for _, pid := range e.pids() {
 		p := e.procs[pid]

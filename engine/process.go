@@ -161,6 +161,9 @@ func (e *Engine) remove(p *proc, why string) {
 		gs.procs = slices.DeleteFunc(gs.procs, func(q *proc) bool { return q == p })
 		delete(gs.active, p)
 	}
+	if p.plan.LatencyCritical {
+		e.expedite(p, false)
+	}
 	delete(e.procs, p.key.PID)
 	if e.last == p {
 		e.last = nil
@@ -195,6 +198,17 @@ func (e *Engine) classify(p *proc, why string) {
 	}
 	e.setClass(p, e.class(plan))
 	e.plan(p, true)
+	if p.plan.LatencyCritical || old.LatencyCritical {
+		e.expedite(p, p.plan.LatencyCritical)
+	}
+	// The victim chooser's cached answer was given without this plan: a
+	// new latency-critical process's GPUs were not busy in it, a new
+	// preemptible process was not in it. It is asked again before the
+	// next preemption, so that neither waits for the control loop to be
+	// protected or held.
+	if p.plan.LatencyCritical || old.LatencyCritical || p.level >= sched.LevelSuspend {
+		e.victimsStale = true
+	}
 }
 
 // Reclassify asks the classifier again for every live process, as after

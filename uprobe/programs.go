@@ -47,10 +47,16 @@ type tracepointPrograms struct {
 	Exit *ebpf.Program `ebpf:"sched_exit"`
 }
 
+// variables are the programs' globals the Tracer changes while they run.
+type variables struct {
+	ExpediteListed *ebpf.Variable `ebpf:"expedite_listed"`
+}
+
 // objects is everything the Tracer loads.
 type objects struct {
 	maps  bpf.CudaMaps
 	tps   tracepointPrograms
+	vars  variables
 	progs programs
 }
 
@@ -67,16 +73,18 @@ func load(spec *ebpf.CollectionSpec, single bool, opts *ebpf.CollectionOptions) 
 		err = spec.LoadAndAssign(&struct {
 			*bpf.CudaMaps
 			*tracepointPrograms
+			*variables
 			*multiPrograms
-		}{&o.maps, &o.tps, &p}, opts)
+		}{&o.maps, &o.tps, &o.vars, &p}, opts)
 		o.progs = programs{p.Launch, p.LaunchEx, p.Args, p.Sync, p.RetSync, p.IFunc, p.Noop, true}
 	} else {
 		var p singlePrograms
 		err = spec.LoadAndAssign(&struct {
 			*bpf.CudaMaps
 			*tracepointPrograms
+			*variables
 			*singlePrograms
-		}{&o.maps, &o.tps, &p}, opts)
+		}{&o.maps, &o.tps, &o.vars, &p}, opts)
 		o.progs = programs{p.Launch, p.LaunchEx, p.Args, p.Sync, p.RetSync, p.IFunc, p.Noop, false}
 	}
 	if err != nil {

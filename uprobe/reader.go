@@ -72,8 +72,9 @@ func (q *queue) read(ev *trace.Event, done <-chan struct{}) error {
 }
 
 // readLoop drains the ring buffer into batches until the ring is closed.
-// The probes wake it only past a fill threshold, so it polls with a
-// deadline and hands over a partial batch whenever the ring runs empty.
+// The probes wake it only past a fill threshold or for an expedited
+// process's request, so it polls with a deadline (or when Flush asks) and
+// hands over a partial batch whenever the ring runs empty.
 // When the consumer stops reading, the batches run out, this loop blocks,
 // the ring fills and the probes count drops: the application never waits.
 func (t *Tracer) readLoop() {
@@ -95,7 +96,7 @@ func (t *Tracer) readLoop() {
 	// The deadline is renewed per poll cycle, not per record: ReadInto
 	// only waits on it once the ring is empty, and an expired one then just
 	// ends the cycle.
-	t.ring.SetDeadline(time.Now().Add(pollInterval))
+	t.ring.SetDeadline(time.Now().Add(t.opts.poll))
 	for {
 		if b == nil {
 			select {
@@ -104,14 +105,24 @@ func (t *Tracer) readLoop() {
 				return
 			}
 		}
+		// Flushes asked for before this read are served when it finds
+		// the ring empty (see Flush).
+		asked := t.flush.asked.Load()
 		err := t.ring.ReadInto(&rec)
 		switch {
 		case err == nil:
-		case errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
 			if !send() {
 				return
 			}
-			t.ring.SetDeadline(time.Now().Add(pollInterval))
+			t.flush.serve(asked, t.events.Load())
+			next := time.Now().Add(t.opts.poll)
+			if t.flush.asked.Load() != asked {
+				// A flush came in while this read drained the ring (its
+				// wake-up may be spent): drain again at once.
+				next = time.Now()
+			}
+			t.ring.SetDeadline(next)
 			continue
 		default: // closed
 			return

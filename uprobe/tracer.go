@@ -66,6 +66,12 @@ type Options struct {
 	// LdCache is the dynamic linker's cache; default "/etc/ld.so.cache",
 	// "-" skips it.
 	LdCache string
+	// ExpediteGap is how long a process that Expedite lists must have been
+	// idle (no launch or copy began, no synchronizer returned) for its
+	// next launch or copy to open a request and wake the reader: the
+	// engine's idle gap. 0 wakes it at every launch and copy of such a
+	// process.
+	ExpediteGap time.Duration
 	// GatePinDir, where set, is a directory on a BPF filesystem where the
 	// launch gate's map is pinned (DefaultGatePinDir is the daemon's), so
 	// that gated processes outlive the Tracer: a Tracer opened later with
@@ -85,6 +91,8 @@ type Options struct {
 	// syncSlots, a power of two, replaces the number of per-thread sync
 	// slots (bpf/cuda.c) so that a test can make threads share one.
 	syncSlots int
+	// poll replaces pollInterval (tests of what wakes the reader).
+	poll time.Duration
 }
 
 // withDefaults returns a copy of o (nil allowed) with defaults filled in.
@@ -104,6 +112,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.WakeupBytes == 0 {
 		r.WakeupBytes = r.RingBufferSize / 4
+	}
+	if r.poll == 0 {
+		r.poll = pollInterval
 	}
 	if r.SearchDirs == nil {
 		r.SearchDirs = defaultSearchDirs
@@ -197,6 +208,10 @@ type Tracer struct {
 	closed    bool   // no attaching once set
 	seq       uint64 // attach order of libraries
 
+	expMu     sync.Mutex // guards expedited
+	expedited map[uint32]struct{}
+	flush     flushes
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -211,6 +226,9 @@ func Open(opts *Options) (*Tracer, error) {
 	o := opts.withDefaults()
 	if n := o.RingBufferSize; n < os.Getpagesize() || n&(n-1) != 0 {
 		return nil, fmt.Errorf("ring buffer size %d: must be a power of two of at least one page (%d)", n, os.Getpagesize())
+	}
+	if o.ExpediteGap < 0 {
+		return nil, fmt.Errorf("expedite gap (Options.ExpediteGap) %v: must be 0 (every call) or positive (the engine's idle gap)", o.ExpediteGap)
 	}
 	spec, err := bpf.LoadCuda()
 	if err != nil {
@@ -240,6 +258,9 @@ func Open(opts *Options) (*Tracer, error) {
 	if err := spec.Variables[bpf.CudaVarWakeupBytes].Set(wake); err != nil {
 		return nil, fmt.Errorf("set wakeup threshold: %w", err)
 	}
+	if err := spec.Variables[bpf.CudaVarExpediteGapNs].Set(uint64(o.ExpediteGap)); err != nil {
+		return nil, fmt.Errorf("set expedite gap: %w", err)
+	}
 	if n := o.syncSlots; n > 0 {
 		spec.Maps[bpf.CudaMapSyncSlots].MaxEntries = uint32(n)
 		if err := spec.Variables[bpf.CudaVarSyncSlotMask].Set(uint32(n - 1)); err != nil {
@@ -253,7 +274,8 @@ func Open(opts *Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tracer{opts: o, done: make(chan struct{}), libraries: map[fileID]*attachedLibrary{}}
+	t := &Tracer{opts: o, done: make(chan struct{}), libraries: map[fileID]*attachedLibrary{}, expedited: map[uint32]struct{}{},
+		flush: flushes{served: make(chan struct{})}}
 	if t.objs, err = load(spec, o.singleProbes, loadOpts); err != nil {
 		return nil, err
 	}

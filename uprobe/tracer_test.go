@@ -320,6 +320,11 @@ func TestOpenErrors(t *testing.T) {
 		t.Errorf("ring size 3000: %v", err)
 	}
 	o = r.options()
+	o.ExpediteGap = -time.Millisecond
+	if _, err := Open(o); err == nil || !strings.Contains(err.Error(), "(Options.ExpediteGap) -1ms") {
+		t.Errorf("negative expedite gap: %v", err)
+	}
+	o = r.options()
 	bad := filepath.Join(t.TempDir(), "libcuda.so.1")
 	if err := os.WriteFile(bad, []byte("not ELF"), 0o644); err != nil {
 		t.Fatal(err)

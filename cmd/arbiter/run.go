@@ -240,7 +240,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 	}
 	// Gates of another format: the tracer pins its own beside them.
 	d.releaseOtherGates()
-	d.tracer, err = uprobe.Open(&uprobe.Options{GatePinDir: d.cfg.BPFFS})
+	// A latency-critical process's call after the engine's idle gap opens
+	// a request: its record wakes the reader (liveEnforcer.Expedite).
+	d.tracer, err = uprobe.Open(&uprobe.Options{GatePinDir: d.cfg.BPFFS, ExpediteGap: d.requestGap})
 	if err != nil {
 		return caps.Diagnose("tracing CUDA calls", fmt.Errorf("start tracing: %w", err), caps.ProbeFeature, tracingNeeds...)
 	}

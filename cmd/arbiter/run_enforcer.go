@@ -15,7 +15,9 @@ import (
 // (timeslice, interleave, suspend) where the process's channel groups were
 // traced, the launch gate where they were not. It also tells the engine,
 // per process, which of them works (engine.Support) and which GPUs the
-// process uses (engine.Placement), both from the driver trace.
+// process uses (engine.Placement), both from the driver trace, and has the
+// tracer deliver the first calls of latency-critical requests at once
+// (engine.Expediter).
 type liveEnforcer struct {
 	ctl    *nvrm.Controller // nil: no driver, or one channel control does not support
 	ctlWhy string           // why ctl is nil
@@ -30,6 +32,7 @@ var (
 	_ engine.Enforcer  = (*liveEnforcer)(nil)
 	_ engine.Support   = (*liveEnforcer)(nil)
 	_ engine.Placement = (*liveEnforcer)(nil)
+	_ engine.Expediter = (*liveEnforcer)(nil)
 )
 
 // errNoChannelControl is returned by channel controls on a node without
@@ -84,6 +87,10 @@ func (l *liveEnforcer) Gate(pid uint32) error { return l.gate.Gate(pid) }
 
 // Ungate implements engine.Gater.
 func (l *liveEnforcer) Ungate(pid uint32) error { return l.gate.Ungate(pid) }
+
+// Expedite implements engine.Expediter: the tracer's probes wake its
+// reader at the first call of each of pid's requests.
+func (l *liveEnforcer) Expedite(pid uint32, on bool) error { return l.tracer.Expedite(pid, on) }
 
 // Strongest implements engine.Support: channel control needs the
 // process's channel groups traced (a process that started before the
