@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -41,9 +42,11 @@ func BenchmarkSimulatorHour(b *testing.B) {
 }
 
 // BenchmarkExamplesHour simulates one hour of every shipped example under
-// every baseline per iteration, as `arbiter sim --duration 1h` does, and
-// reports the wall time of each example and of all together
-// (docs/benchmarks.md, "Simulator").
+// every baseline per iteration, as `arbiter sim --duration 1h` does
+// (docs/benchmarks.md, "Simulator"): one-at-a-time runs the examples one
+// after the other and reports the wall time of each and of all; together
+// runs them all at once, each with its baselines, as one program
+// simulating them all would, and reports the wall time of all.
 func BenchmarkExamplesHour(b *testing.B) {
 	_, here, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(here), "..", "..", "examples", "workloads")
@@ -59,21 +62,41 @@ func BenchmarkExamplesHour(b *testing.B) {
 		b.Fatalf("no examples under %s: %v", root, err)
 	}
 	all := Names()[:len(Names())-1] // every baseline but arbiter
-	walls := make(map[string]float64)
-	for b.Loop() {
-		for _, name := range specs {
-			start := time.Now()
-			if _, err := Run(context.Background(), config(b, examples(b, name), time.Hour, 1, all...)); err != nil {
-				b.Fatalf("%s: %v", name, err)
-			}
-			walls[name] += time.Since(start).Seconds()
+	cfgs := make(map[string]*Config)
+	for _, name := range specs {
+		cfgs[name] = config(b, examples(b, name), time.Hour, 1, all...)
+	}
+	run := func(b *testing.B, name string) {
+		if _, err := Run(context.Background(), cfgs[name]); err != nil {
+			b.Errorf("%s: %v", name, err)
 		}
 	}
-	var total float64
-	for _, name := range specs {
-		w := walls[name] / float64(b.N)
-		total += w
-		b.ReportMetric(w, "wall-s/"+strings.TrimSuffix(filepath.Base(name), ".yaml"))
-	}
-	b.ReportMetric(total, "wall-s/all")
+	b.Run("one-at-a-time", func(b *testing.B) {
+		walls := make(map[string]float64)
+		for b.Loop() {
+			for _, name := range specs {
+				start := time.Now()
+				run(b, name)
+				walls[name] += time.Since(start).Seconds()
+			}
+		}
+		var total float64
+		for _, name := range specs {
+			w := walls[name] / float64(b.N)
+			total += w
+			b.ReportMetric(w, "wall-s/"+strings.TrimSuffix(filepath.Base(name), ".yaml"))
+		}
+		b.ReportMetric(total, "wall-s/all")
+	})
+	b.Run("together", func(b *testing.B) {
+		start := time.Now()
+		for b.Loop() {
+			var wg sync.WaitGroup
+			for _, name := range specs {
+				wg.Go(func() { run(b, name) })
+			}
+			wg.Wait()
+		}
+		b.ReportMetric(time.Since(start).Seconds()/float64(b.N), "wall-s/all")
+	})
 }
