@@ -3,8 +3,6 @@ package main
 import (
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -41,26 +39,6 @@ func loadedDriver() string {
 	return ""
 }
 
-// deviceGPUs lists the GPU indexes of the driver's device nodes in dev
-// (/dev/nvidia0, /dev/nvidia1, ...: the driver's device instances).
-func deviceGPUs(dev string) []int {
-	ents, err := os.ReadDir(dev)
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		rest, ok := strings.CutPrefix(e.Name(), "nvidia")
-		n, err := strconv.Atoi(rest)
-		if !ok || err != nil || e.Type()&os.ModeCharDevice == 0 {
-			continue
-		}
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // newNodeInfo reads the inventory once at start: GPUs do not come and go
 // under a running driver.
 func newNodeInfo(log zerolog.Logger, enf *liveEnforcer) *nodeInfo {
@@ -70,7 +48,7 @@ func newNodeInfo(log zerolog.Logger, enf *liveEnforcer) *nodeInfo {
 	if err != nil {
 		n.nvmlWhy = err.Error()
 		n.driver = loadedDriver()
-		n.devs = deviceGPUs("/dev")
+		n.devs = nvrm.GPUDevices("/dev")
 		log.Warn().Err(err).Str("driver", n.driver).Ints("device_nodes", n.devs).
 			Msg("NVML unavailable: running with the GPUs the driver's device nodes and trace show")
 		return n

@@ -2,32 +2,12 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
-// TestDeviceGPUs: without NVML the node's GPUs are the driver's numbered
-// character devices, not its control, UVM or capability nodes, nor a
-// regular file that happens to be named like one.
-func TestDeviceGPUs(t *testing.T) {
-	dev := t.TempDir()
-	for _, name := range []string{"nvidia3", "nvidia0", "nvidiactl", "nvidia-uvm", "nvidia10"} {
-		if err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
-			t.Fatalf("mknod %s (the test runs as root): %v", name, err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dev, "nvidia7"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if got := fmt.Sprint(deviceGPUs(dev)); got != "[0 3 10]" {
-		t.Errorf("deviceGPUs = %s, want [0 3 10]", got)
-	}
-	if got := deviceGPUs(filepath.Join(dev, "absent")); got != nil {
-		t.Errorf("deviceGPUs of a missing directory = %v", got)
-	}
+// TestGPUIndexes: without NVML the node's GPUs are its device nodes' and
+// the trace's, each once, sorted.
+func TestGPUIndexes(t *testing.T) {
 	n := &nodeInfo{devs: []int{0, 3}, seen: []int{5, 3}}
 	if got := fmt.Sprint(n.gpuIndexes()); got != "[0 3 5]" {
 		t.Errorf("gpuIndexes = %s, want [0 3 5]", got)

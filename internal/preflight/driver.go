@@ -205,22 +205,9 @@ func checkControlDevices(e *env) result {
 
 // gpuNodes lists the /dev/nvidiaN character devices in dev, by N.
 func gpuNodes(dev string) []string {
-	ents, err := os.ReadDir(dev)
-	if err != nil {
-		return nil
-	}
-	var nums []int
-	for _, ent := range ents {
-		n, err := strconv.Atoi(strings.TrimPrefix(ent.Name(), "nvidia"))
-		if err != nil || !strings.HasPrefix(ent.Name(), "nvidia") || ent.Type()&os.ModeCharDevice == 0 {
-			continue
-		}
-		nums = append(nums, n)
-	}
-	slices.Sort(nums)
-	out := make([]string, len(nums))
-	for i, n := range nums {
-		out[i] = "/dev/nvidia" + strconv.Itoa(n)
+	var out []string
+	for _, n := range nvrm.GPUDevices(dev) {
+		out = append(out, "/dev/nvidia"+strconv.Itoa(n))
 	}
 	return out
 }
