@@ -104,12 +104,17 @@ func (r *drawRing) put(e *drawEntry) {
 	r.slots[e.key%drawKeep].Store(e)
 }
 
-// partRing keeps, for the last drawKeep keys drawn again in part, the
+// partKeep is how many keys drawn again in part each stream keeps: the
+// runs that meet the same preemptions keep within a second of simulated
+// time of each other, a few hundred keys at most at the rates specs use.
+const partKeep = 512
+
+// partRing keeps, for the last partKeep keys drawn again in part, the
 // draws so far and the generator where they left it, in the slot of the
-// key modulo drawKeep, so that the runs that meet a preemption in the
+// key modulo partKeep, so that the runs that meet a preemption in the
 // same key draw its kernels once between them.
 type partRing struct {
-	slots [drawKeep]atomic.Pointer[partEntry]
+	slots [partKeep]atomic.Pointer[partEntry]
 }
 
 // partEntry is a key's first draws, drawn again as far as runs asked.
@@ -126,7 +131,7 @@ type partEntry struct {
 // The slot goes to the newest key; a run whose entry lost its slot draws
 // on in it alone.
 func (r *partRing) get(key, check uint64, n int, seed seedFunc) *partEntry {
-	slot := &r.slots[key%drawKeep]
+	slot := &r.slots[key%partKeep]
 	old := slot.Load()
 	if old != nil && old.key == key && old.check == check && cap(old.vals) == n {
 		return old
@@ -251,6 +256,14 @@ func (t *sumTable) free() {
 			oldest = min(oldest, n)
 		}
 		delete(t.chunks, oldest)
+	}
+}
+
+// pass tells the table the reader is at key, though it found what it
+// needed elsewhere, so that the chunks behind it can go.
+func (r *sumReader) pass(key uint64) {
+	if key/sumChunkKeys != r.at {
+		r.chunk(key, false)
 	}
 }
 

@@ -84,6 +84,7 @@ func (k *keyed) load(key, check uint64) {
 	k.part = nil
 	if e := k.st.full.get(key, check, k.n); e != nil {
 		k.full, k.sum = e.vals, e.sum
+		k.rd.pass(key)
 		return
 	}
 	if k.sum = k.rd.get(key, check); k.sum != nil {
