@@ -413,6 +413,49 @@ be:
 	}
 }
 
+// TestSummariesFreedBehindFullReads: a run that reads the draws in full,
+// close behind the run that draws them, still lets the summaries it has
+// passed go.
+func TestSummariesFreedBehindFullReads(t *testing.T) {
+	f, err := Parse([]byte(`
+gpus: 1
+be:
+  - {name: b, gpu: 0, kernel: {dist: lognormal, mean: 1ms, cv: 0.2}, sync_every: 3}
+`), "s.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := f.Workloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDraws()
+	first, second := Programs(ws, 1, uint64(time.Hour), d)[0], Programs(ws, 1, uint64(time.Hour), d)[0]
+	var op sim.Op
+	for range 5 * sumChunkKeys {
+		for _, p := range []sim.Program{first, second} {
+			// A cycle: its kernels, a sync.
+			for range 2 {
+				if op, err = p.Next(0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if op.Kind != sim.OpSync {
+		t.Fatalf("out of step: %v", op.Kind)
+	}
+	var tb *sumTable
+	for _, st := range d.streams {
+		tb = &st.sums
+	}
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if len(tb.chunks) > 1 {
+		t.Errorf("%d chunks of summaries kept after both runs passed %d keys, want 1", len(tb.chunks), 5*sumChunkKeys)
+	}
+}
+
 // TestSumTableFrees: a summary table keeps what the slowest reader still
 // needs, frees what every reader has passed, and never holds more than
 // sumMaxChunks chunks.
