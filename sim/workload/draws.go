@@ -104,10 +104,10 @@ func (r *drawRing) put(e *drawEntry) {
 	r.slots[e.key%drawKeep].Store(e)
 }
 
-// partKeep is how many keys drawn again in part each stream keeps: the
-// runs that meet the same preemptions keep within a second of simulated
-// time of each other, a few hundred keys at most at the rates specs use.
-const partKeep = 512
+// partKeep is how many keys drawn again in part each stream keeps, as
+// many as in full: the runs that share them drift further apart than a
+// second when one is let go to keep the threads busy.
+const partKeep = drawKeep
 
 // partRing keeps, for the last partKeep keys drawn again in part, the
 // draws so far and the generator where they left it, in the slot of the
