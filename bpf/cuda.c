@@ -269,10 +269,50 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } launch_gate SEC(".maps");
 
-// Signals the gate sent (index 0) and failed to send (index 1), per CPU.
+// Gates armed ahead of the daemon, by latency-critical process (tgid):
+// the launch or copy that opens one of its requests (see expedite) closes
+// the gates of the processes listed here at once, in the kernel, so that
+// a best-effort process is stopped at its next launch without waiting for
+// the daemon to read the request's first call (hundreds of microseconds,
+// in which it may submit another kernel). The daemon lists the victims it
+// would gate for that request, and opens the gates itself when the
+// request ends. Not pinned: arming dies with the daemon (its links go
+// with it too), and what it closed stays in launch_gate, where the next
+// daemon or `arbiter recover` finds it.
+#define ARMED_MAX 16
+
+struct armed_victim {
+	__u32 tgid;
+	__u32 pad;
+	// As gate_entry.start.
+	__u64 start;
+};
+
+struct armed {
+	// How many of victims are set.
+	__u32 n;
+	// Nonzero: only a kernel launch opens a request here, not a copy (the
+	// daemon preempts at a request's first launch when its policy gives
+	// no pre-preemption hint).
+	__u32 launch_only;
+	struct armed_victim victims[ARMED_MAX];
+};
+
+// Referenced so that the type is in BTF (bpf2go -type armed).
+const struct armed *unused_armed __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct armed);
+} gate_armed SEC(".maps");
+
+// Signals the gate sent (index 0) and failed to send (index 1), and gates
+// closed by an armed request (index 2), per CPU.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u64);
 } gate_signals SEC(".maps");
@@ -349,11 +389,37 @@ static __always_inline void submit(struct event *e, int wake)
 	bpf_ringbuf_submit(e, flags);
 }
 
-// opens_request is whether a launch or copy at time opens a request of an
-// expedited process (see expedite); it notes the process busy. Threads of
-// one process race on the time without harm: a later time written first
+// close_armed closes the gates armed for tgid's requests (see
+// gate_armed). An entry that exists is left as it is: closed already, and
+// perhaps marked stopped.
+static __always_inline void close_armed(__u32 tgid, int launch)
+{
+	if (!gate_enabled)
+		return;
+	struct armed *a = bpf_map_lookup_elem(&gate_armed, &tgid);
+	if (!a || (a->launch_only && !launch))
+		return;
+	__u32 n = a->n;
+	__u64 closed = 0;
+	for (int i = 0; i < ARMED_MAX; i++) {
+		if (i >= n)
+			break;
+		struct gate_entry g = { .start = a->victims[i].start };
+		if (bpf_map_update_elem(&launch_gate, &a->victims[i].tgid, &g, BPF_NOEXIST) == 0)
+			closed++;
+	}
+	__u32 slot = 2;
+	__u64 *c = bpf_map_lookup_elem(&gate_signals, &slot);
+	if (c)
+		*c += closed;
+}
+
+// opens_request is whether a launch (launch set) or copy at time opens a
+// request of an expedited process (see expedite); it notes the process
+// busy, and closes the gates armed for the request. Threads of one
+// process race on the time without harm: a later time written first
 // makes the other's difference negative, not a wake-up.
-static __always_inline int opens_request(__u32 tgid, __u64 time)
+static __always_inline int opens_request(__u32 tgid, __u64 time, int launch)
 {
 	if (!expedite_listed)
 		return 0;
@@ -362,7 +428,10 @@ static __always_inline int opens_request(__u32 tgid, __u64 time)
 		return 0;
 	__s64 idle = time - *busy;
 	*busy = time;
-	return idle >= (__s64)expedite_gap_ns;
+	if (idle < (__s64)expedite_gap_ns)
+		return 0;
+	close_armed(tgid, launch);
+	return 1;
 }
 
 // ends_call notes an expedited process busy until now, the return of a
@@ -468,7 +537,7 @@ static __always_inline int uprobe_launch_body(struct regs *r)
 	e->dims[5] = LAUNCH_ARG7(r);
 	e->dims[6] = LAUNCH_ARG8(r);
 	e->args[1] = stack_arg(r, 9);
-	submit(e, opens_request(pid_tgid >> 32, time));
+	submit(e, opens_request(pid_tgid >> 32, time, 1));
 	return 0;
 }
 
@@ -502,7 +571,7 @@ static __always_inline int uprobe_launch_ex_body(struct regs *r)
 	}
 	e->time = time;
 	e->args[0] = ARG2(r);
-	submit(e, opens_request(pid_tgid >> 32, time));
+	submit(e, opens_request(pid_tgid >> 32, time, 1));
 	return 0;
 }
 
@@ -528,7 +597,7 @@ static __always_inline int uprobe_args_body(struct regs *r)
 	e->args[1] = ARG2(r);
 	e->args[2] = ARG3(r);
 	e->args[3] = ARG4(r);
-	submit(e, opens_request(pid_tgid >> 32, time));
+	submit(e, opens_request(pid_tgid >> 32, time, (__u8)(cookie >> 8) == KIND_LAUNCH));
 	return 0;
 }
 
@@ -666,10 +735,13 @@ int sched_exit(void *ctx)
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
 	__u32 tgid = pid_tgid >> 32;
-	// Its gate and its expediting go with it, traced or not.
+	// Its gate, its expediting and its armed gates go with it, traced or
+	// not.
 	bpf_map_delete_elem(&launch_gate, &tgid);
-	if (expedite_listed)
+	if (expedite_listed) {
 		bpf_map_delete_elem(&expedite, &tgid);
+		bpf_map_delete_elem(&gate_armed, &tgid);
+	}
 	if (!traced(tgid, cgroup))
 		return 0;
 	// The process is gone: a later one that reuses its pid is not listed.

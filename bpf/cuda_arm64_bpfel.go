@@ -13,6 +13,18 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CudaArmed struct {
+	_          structs.HostLayout
+	N          uint32
+	LaunchOnly uint32
+	Victims    [16]struct {
+		_     structs.HostLayout
+		Tgid  uint32
+		Pad   uint32
+		Start uint64
+	}
+}
+
 type CudaEvent struct {
 	_      structs.HostLayout
 	Time   uint64
@@ -60,6 +72,7 @@ const (
 	CudaMapExpedite             = "expedite"
 	CudaMapFilterCgroups        = "filter_cgroups"
 	CudaMapFilterTgids          = "filter_tgids"
+	CudaMapGateArmed            = "gate_armed"
 	CudaMapGateSignals          = "gate_signals"
 	CudaMapLaunchGate           = "launch_gate"
 	CudaMapSyncEntries          = "sync_entries"
@@ -85,6 +98,7 @@ const (
 	CudaVarFilterMode           = "filter_mode"
 	CudaVarGateEnabled          = "gate_enabled"
 	CudaVarSyncSlotMask         = "sync_slot_mask"
+	CudaVarUnusedArmed          = "unused_armed"
 	CudaVarUnusedEvent          = "unused_event"
 	CudaVarUnusedGateEntry      = "unused_gate_entry"
 	CudaVarUprobeFilterMode     = "uprobe_filter_mode"
@@ -160,6 +174,7 @@ type CudaMapSpecs struct {
 	Expedite      *ebpf.MapSpec `ebpf:"expedite"`
 	FilterCgroups *ebpf.MapSpec `ebpf:"filter_cgroups"`
 	FilterTgids   *ebpf.MapSpec `ebpf:"filter_tgids"`
+	GateArmed     *ebpf.MapSpec `ebpf:"gate_armed"`
 	GateSignals   *ebpf.MapSpec `ebpf:"gate_signals"`
 	LaunchGate    *ebpf.MapSpec `ebpf:"launch_gate"`
 	SyncEntries   *ebpf.MapSpec `ebpf:"sync_entries"`
@@ -175,6 +190,7 @@ type CudaVariableSpecs struct {
 	FilterMode       *ebpf.VariableSpec `ebpf:"filter_mode"`
 	GateEnabled      *ebpf.VariableSpec `ebpf:"gate_enabled"`
 	SyncSlotMask     *ebpf.VariableSpec `ebpf:"sync_slot_mask"`
+	UnusedArmed      *ebpf.VariableSpec `ebpf:"unused_armed"`
 	UnusedEvent      *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedGateEntry  *ebpf.VariableSpec `ebpf:"unused_gate_entry"`
 	UprobeFilterMode *ebpf.VariableSpec `ebpf:"uprobe_filter_mode"`
@@ -206,6 +222,7 @@ type CudaMaps struct {
 	Expedite      *ebpf.Map `ebpf:"expedite"`
 	FilterCgroups *ebpf.Map `ebpf:"filter_cgroups"`
 	FilterTgids   *ebpf.Map `ebpf:"filter_tgids"`
+	GateArmed     *ebpf.Map `ebpf:"gate_armed"`
 	GateSignals   *ebpf.Map `ebpf:"gate_signals"`
 	LaunchGate    *ebpf.Map `ebpf:"launch_gate"`
 	SyncEntries   *ebpf.Map `ebpf:"sync_entries"`
@@ -219,6 +236,7 @@ func (m *CudaMaps) Close() error {
 		m.Expedite,
 		m.FilterCgroups,
 		m.FilterTgids,
+		m.GateArmed,
 		m.GateSignals,
 		m.LaunchGate,
 		m.SyncEntries,
@@ -235,6 +253,7 @@ type CudaVariables struct {
 	FilterMode       *ebpf.Variable `ebpf:"filter_mode"`
 	GateEnabled      *ebpf.Variable `ebpf:"gate_enabled"`
 	SyncSlotMask     *ebpf.Variable `ebpf:"sync_slot_mask"`
+	UnusedArmed      *ebpf.Variable `ebpf:"unused_armed"`
 	UnusedEvent      *ebpf.Variable `ebpf:"unused_event"`
 	UnusedGateEntry  *ebpf.Variable `ebpf:"unused_gate_entry"`
 	UprobeFilterMode *ebpf.Variable `ebpf:"uprobe_filter_mode"`

@@ -9,7 +9,8 @@ import (
 // TestLaunchProbesGate checks, in both objects, that every program a launch
 // function is attached to consults the launch gate, that the synchronizers'
 // programs do not (they never stop a process), that the exit tracepoint
-// drops a leaving process's entry, and that the gate map is pinned by name.
+// drops a leaving process's entry, and that the gate map is pinned by name;
+// likewise for the armed gates, which are not pinned.
 func TestLaunchProbesGate(t *testing.T) {
 	for _, obj := range []string{"cuda_x86_bpfel.o", "cuda_arm64_bpfel.o"} {
 		spec, err := ebpf.LoadCollectionSpec(obj)
@@ -18,6 +19,10 @@ func TestLaunchProbesGate(t *testing.T) {
 		}
 		if m := spec.Maps[CudaMapLaunchGate]; m == nil || m.Pinning != ebpf.PinByName || m.Type != ebpf.Hash {
 			t.Errorf("%s: launch gate map %+v: want a hash pinned by name", obj, m)
+		}
+		// Arming must die with the daemon that armed it.
+		if m := spec.Maps[CudaMapGateArmed]; m == nil || m.Pinning != ebpf.PinNone || m.Type != ebpf.Hash {
+			t.Errorf("%s: armed gates map %+v: want a hash that is not pinned", obj, m)
 		}
 		for prog, want := range map[string]bool{
 			CudaProgUprobeLaunch: true, CudaProgUprobeLaunchMulti: true,
@@ -33,14 +38,22 @@ func TestLaunchProbesGate(t *testing.T) {
 			if p == nil {
 				t.Fatalf("%s: no program %s", obj, prog)
 			}
-			got := false
+			got, armed := false, false
 			for _, ins := range p.Instructions {
-				if ins.Reference() == CudaMapLaunchGate {
+				switch ins.Reference() {
+				case CudaMapLaunchGate:
 					got = true
+				case CudaMapGateArmed:
+					armed = true
 				}
 			}
 			if got != want {
 				t.Errorf("%s: %s uses the launch gate: %v, want %v", obj, prog, got, want)
+			}
+			// The calls that open a request close its armed gates; the
+			// exit drops a leaving process's arming.
+			if armed != want {
+				t.Errorf("%s: %s uses the armed gates: %v, want %v", obj, prog, armed, want)
 			}
 		}
 	}

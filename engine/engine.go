@@ -105,6 +105,9 @@ type Stats struct {
 	Timeslices, Interleaves, EnforceErrors             uint64
 	VictimCalls, VictimErrors, Escalations, Relaxes    uint64
 	HarvestsSkipped                                    uint64
+	// Arms counts changes to the gates armed for latency-critical
+	// processes' requests (Armer).
+	Arms uint64
 }
 
 // Engine is the one event loop: it applies a source's events to the
@@ -145,6 +148,11 @@ type Engine struct {
 	// victimsStale: a classification since the chooser last answered may
 	// change its answer; the next preemption asks it first.
 	victimsStale bool
+	// armStale: plans, victims or escalation changed since the gates were
+	// last armed (Armer); armed counts the processes with armed gates,
+	// settlePending says a disarmed one may have left gates to open.
+	armStale, settlePending bool
+	armed                   int
 }
 
 type posted struct {
@@ -298,11 +306,14 @@ func (e *Engine) Apply(ev *trace.Event) {
 	e.maybeControl()
 }
 
-// maybeControl runs the control loop when its period has passed.
+// maybeControl runs the control loop when its period has passed, and
+// otherwise rearms gates whose victims changed (see Armer).
 func (e *Engine) maybeControl() {
 	if e.now >= e.nextControl {
 		e.control()
 		e.nextControl = e.now + uint64(e.opts.ControlInterval)
+	} else if e.armStale {
+		e.arm()
 	}
 }
 
@@ -370,11 +381,15 @@ func (e *Engine) armDeadline() error {
 }
 
 // ReleaseAll undoes every suspension, gate and quota the engine applied,
-// going on past errors and returning them joined. Run calls it on return.
+// going on past errors and returning them joined: armed gates are
+// disarmed first, so that no request closes one again, and whatever they
+// closed is opened last. Run calls it on return.
 func (e *Engine) ReleaseAll() error {
+	e.disarmAll()
 	var errs []error
 	for _, p := range e.procs {
 		errs = append(errs, e.releaseProc(p, "engine stopping"))
 	}
+	e.settle()
 	return errors.Join(errs...)
 }

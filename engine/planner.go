@@ -35,6 +35,7 @@ func (e *Engine) gpu(i int) *gpuState {
 // node supports for it, and with register applies registration-time
 // enforcement: timeslice and interleave level.
 func (e *Engine) plan(p *proc, register bool) {
+	e.armStale = true
 	want := p.plan.Level
 	sup, why := sched.LevelSuspend, ""
 	switch {
@@ -251,12 +252,15 @@ func (p *proc) state() State {
 }
 
 // control is the control loop, at ControlInterval: the victim chooser,
-// SLO feedback, a new snapshot, then the observers' ticks.
+// SLO feedback, the armed gates brought up to date and the gates they
+// closed settled, a new snapshot, then the observers' ticks.
 func (e *Engine) control() {
 	if e.opts.Victims != nil {
 		e.chooseVictims()
 	}
 	e.feedback()
+	e.arm()
+	e.settle()
 	e.publish()
 	for _, t := range e.tickers {
 		t.Tick(e.now)

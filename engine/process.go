@@ -55,7 +55,11 @@ type proc struct {
 	// preempted: its open request's GPUs' victims have been held for it
 	// (both beside level, so that the three bytes share a word).
 	gated, preempted bool
-	limit            string
+	// armedLaunchOnly: only a launch opening its requests closes the
+	// gates armed for it (armed, sorted; see Armer).
+	armedLaunchOnly bool
+	limit           string
+	armed           []uint32
 	// hold per GPU index position (parallel to gpus).
 	hold []uint8
 	// channelErr is why channel control failed on it, if it did: it is
@@ -164,10 +168,15 @@ func (e *Engine) remove(p *proc, why string) {
 	if p.plan.LatencyCritical {
 		e.expedite(p, false)
 	}
+	if a, ok := e.enf.(Armer); ok && len(p.armed) > 0 {
+		e.setArmed(a, p, nil, false)
+	}
 	delete(e.procs, p.key.PID)
 	if e.last == p {
 		e.last = nil
 	}
+	e.armStale = true // its victims' arming, if it was one
+	e.settle()
 	p.req.gen++ // invalidates its timers
 	e.record(Decision{PID: p.key.PID, Comm: p.comm, Class: p.plan.Class, GPU: -1, Action: ActionForget, Reason: why})
 }
@@ -220,6 +229,9 @@ func (e *Engine) Reclassify(c Classifier, why string) {
 	}
 	for _, pid := range e.pids() {
 		e.classify(e.procs[pid], why)
+	}
+	if e.armStale {
+		e.arm()
 	}
 	e.publish()
 }

@@ -207,6 +207,9 @@ func (e *Engine) finish(p *proc) {
 		}
 		e.releaseGPU(g)
 	}
+	if len(p.armed) > 0 {
+		e.settle()
+	}
 }
 
 // shortGap reports whether p's learned idle gap is shorter than the

@@ -25,6 +25,7 @@ const (
 	ActionHold       Action = "hold"       // victims kept off across a short gap
 	ActionEscalate   Action = "escalate"   // a class's requests now suspend best-effort work
 	ActionRelax      Action = "relax"      // a class relies on timeslices alone again
+	ActionArm        Action = "arm"        // gates armed to close at a latency-critical process's requests
 )
 
 // Decision is one thing the engine did, to whom, when and why.

@@ -52,14 +52,18 @@ const tickNs = 10_000_000
 type Gate struct {
 	entries  *ebpf.Map
 	signals  *ebpf.Map // nil for a gate opened from its pin
+	armed    *ebpf.Map // gate_armed; nil for a gate opened from its pin
 	procRoot string
 	// probed says whether pid's launch probes are attached; nil where no
 	// tracer is behind the gate (OpenGate), which then only releases.
 	probed func(pid uint32) error
 
-	mu      sync.Mutex // serializes Gate, Ungate and ReleaseAll
+	mu      sync.Mutex // serializes Gate, Ungate, Arm, Settle and ReleaseAll
 	barrier *probeBarrier
 	owned   bool // Close closes entries (OpenGate)
+	// held are the processes closed through Gate and not opened since:
+	// the gates Settle leaves closed.
+	held map[uint32]struct{}
 }
 
 // GatedProcess is one entry of the gate.
@@ -87,8 +91,8 @@ type Release struct {
 }
 
 // newGate returns the gate on a tracer's loaded maps.
-func newGate(entries, signals *ebpf.Map, procRoot string, probed func(uint32) error) *Gate {
-	return &Gate{entries: entries, signals: signals, procRoot: procRoot, probed: probed}
+func newGate(entries, signals, armed *ebpf.Map, procRoot string, probed func(uint32) error) *Gate {
+	return &Gate{entries: entries, signals: signals, armed: armed, procRoot: procRoot, probed: probed, held: map[uint32]struct{}{}}
 }
 
 // OpenGate opens the gate pinned in dir (empty: DefaultGatePinDir) in
@@ -128,7 +132,10 @@ func (g *Gate) Gate(pid uint32) error {
 	err = g.entries.Lookup(pid, &cur)
 	switch {
 	case err == nil && cur.Start == start*tickNs:
-		return nil // gated already; keep what the probe recorded
+		// Gated already (through Gate, or by an armed request); keep
+		// what the probe recorded.
+		g.held[pid] = struct{}{}
+		return nil
 	case err == nil:
 		// An entry of an earlier process with this pid: it stops nothing
 		// (its start time does not match), so replacing it loses nothing.
@@ -138,6 +145,7 @@ func (g *Gate) Gate(pid uint32) error {
 	if err := g.entries.Put(pid, bpf.CudaGateEntry{Start: start * tickNs}); err != nil {
 		return fmt.Errorf("gate process %d: %w (the gate holds at most %d processes)", pid, err, g.entries.MaxEntries())
 	}
+	g.held[pid] = struct{}{}
 	return nil
 }
 
@@ -178,12 +186,20 @@ func (g *Gate) Gated() ([]GatedProcess, error) {
 func (g *Gate) ReleaseAll() ([]Release, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.openWhere(func(uint32) bool { return true })
+}
+
+// openWhere opens the gate of every process in the map for which which
+// is true, as Ungate does each, going on past failures. g.mu is held.
+func (g *Gate) openWhere(which func(pid uint32) bool) ([]Release, error) {
 	var pids []uint32
 	var pid uint32
 	var v []byte
 	it := g.entries.Iterate()
 	for it.Next(&pid, &v) {
-		pids = append(pids, pid)
+		if which(pid) {
+			pids = append(pids, pid)
+		}
 	}
 	var errs []error
 	if err := it.Err(); err != nil {
@@ -211,21 +227,24 @@ func (g *Gate) ReleaseAll() ([]Release, error) {
 // they failed to send, over every CPU; zeros for a gate opened from its
 // pin (the counters live with the tracer's programs).
 func (g *Gate) Signals() (sent, failed uint64) {
+	return g.counter(0), g.counter(1)
+}
+
+// counter sums one slot of the per-CPU gate counters (bpf/cuda.c,
+// gate_signals).
+func (g *Gate) counter(slot uint32) uint64 {
 	if g.signals == nil {
-		return 0, 0
+		return 0
 	}
-	sum := func(slot uint32) uint64 {
-		var perCPU []uint64
-		if err := g.signals.Lookup(slot, &perCPU); err != nil {
-			return 0
-		}
-		var n uint64
-		for _, v := range perCPU {
-			n += v
-		}
-		return n
+	var perCPU []uint64
+	if err := g.signals.Lookup(slot, &perCPU); err != nil {
+		return 0
 	}
-	return sum(0), sum(1)
+	var n uint64
+	for _, v := range perCPU {
+		n += v
+	}
+	return n
 }
 
 // Unpin removes the gate's pin: the map goes once no tracer uses it.
@@ -275,6 +294,7 @@ func (g *Gate) open(pid uint32) (Release, error) {
 		}
 		return Release{}, fmt.Errorf("ungate process %d: remove its gate entry: %w", pid, err)
 	}
+	delete(g.held, pid)
 	e := decodeGateValue(v)
 	r := Release{GatedProcess: GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0}}
 	if !r.Stopped {

@@ -106,5 +106,5 @@ func OpenGatePin(p GatePin) (*Gate, error) {
 		return nil, fmt.Errorf("open the pinned launch gate %s (format version %d): a %v map with %d-byte keys and %d-byte values, not the hash of 4-byte process ids with values of at least %d bytes every gate format keeps: this build cannot release it; run `arbiter recover` of the version that pinned it",
 			p.Path, p.Format, m.Type(), m.KeySize(), m.ValueSize(), gatePrefixSize)
 	}
-	return &Gate{entries: m, procRoot: DefaultProcRoot, owned: true}, nil
+	return &Gate{entries: m, procRoot: DefaultProcRoot, owned: true, held: map[uint32]struct{}{}}, nil
 }

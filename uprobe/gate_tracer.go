@@ -86,10 +86,18 @@ func (t *Tracer) closeGate() error {
 	if t.gate == nil {
 		return nil
 	}
+	// Disarmed first: the probes stay attached until Close detaches the
+	// libraries, and an armed request must not close a gate that
+	// ReleaseAll has opened.
+	derr := t.gate.disarmAll()
+	if derr != nil {
+		derr = fmt.Errorf("disarm the launch gates at close: %w", derr)
+	}
 	_, err := t.gate.ReleaseAll()
 	if err != nil {
 		err = fmt.Errorf("open the launch gates at close: %w", err)
 	}
+	err = errors.Join(derr, err)
 	if t.opts.GatePinDir != "" && err == nil {
 		err = t.gate.Unpin()
 	}

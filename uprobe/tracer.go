@@ -139,6 +139,9 @@ type Stats struct {
 	// GateSignals counts the SIGSTOPs the launch gate sent,
 	// GateSignalErrors those it failed to send.
 	GateSignals, GateSignalErrors uint64
+	// GateArmedCloses counts the gates closed in the kernel by the call
+	// opening a request they were armed for (Gate.Arm).
+	GateArmedCloses uint64
 	// ScanError is the last rescan's trouble that did not stop it (an
 	// unreadable ld.so.cache, a failed detach, an extra library path gone),
 	// empty if there was none.
@@ -279,7 +282,7 @@ func Open(opts *Options) (*Tracer, error) {
 	if t.objs, err = load(spec, o.singleProbes, loadOpts); err != nil {
 		return nil, err
 	}
-	t.gate = newGate(t.objs.maps.LaunchGate, t.objs.maps.GateSignals, o.ProcRoot, t.LaunchProbed)
+	t.gate = newGate(t.objs.maps.LaunchGate, t.objs.maps.GateSignals, t.objs.maps.GateArmed, o.ProcRoot, t.LaunchProbed)
 	fail := func(err error) (*Tracer, error) {
 		return nil, errors.Join(err, t.Close())
 	}
@@ -338,6 +341,7 @@ func (t *Tracer) Stats() Stats {
 		Drops:        t.drops(),
 	}
 	s.GateSignals, s.GateSignalErrors = t.gate.Signals()
+	s.GateArmedCloses = t.gate.ArmedCloses()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.scanErr != nil {

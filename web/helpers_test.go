@@ -475,7 +475,9 @@ func newFixture(t testing.TB, n int, lim Limits) *fixture {
 			{Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA H100", MemoryBytes: 80 << 30},
 			{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA H100", MemoryBytes: 80 << 30}},
 			Levels: []LevelSupport{{Level: sched.LevelSuspend, Supported: false, Reason: "no GPU"}}},
-		Capture: func() CaptureStats { return CaptureStats{Events: 10, Dropped: 1, DecodeErrors: 2} }})
+		Capture: func() CaptureStats {
+			return CaptureStats{Events: 10, Dropped: 1, DecodeErrors: 2, GateStops: 3, GateArmedCloses: 4}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

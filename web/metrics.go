@@ -141,6 +141,8 @@ func metricFamilies() []metric {
 		{"arbiter_capture_events_total", "Events the capture read from the kernel.", noLabels},
 		{"arbiter_capture_dropped_events_total", "Events lost because the ring buffer was full.", noLabels},
 		{"arbiter_capture_decode_errors_total", "Event records that did not decode.", noLabels},
+		{"arbiter_gate_stops_total", "Processes the launch gate's probes stopped at a launch.", noLabels},
+		{"arbiter_gate_armed_closes_total", "Launch gates closed in the kernel by the call that opened an armed latency-critical request.", noLabels},
 		{"arbiter_policy_info", "Always 1; the revision of the policy in force.", []string{"revision"}},
 		{"arbiter_policy_reloads_total", "Policies applied since the daemon started.", noLabels},
 		{"arbiter_policy_reload_failures_total", "Policies refused (load, check or Rego tests failed) since the daemon started.", noLabels},
@@ -203,6 +205,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter("arbiter_capture_events_total", cs.Events)
 		counter("arbiter_capture_dropped_events_total", cs.Dropped)
 		counter("arbiter_capture_decode_errors_total", cs.DecodeErrors)
+		counter("arbiter_gate_stops_total", cs.GateStops)
+		counter("arbiter_gate_armed_closes_total", cs.GateArmedCloses)
 	}
 	if s.opts.Policy != nil {
 		ps := s.opts.Policy.Status()
@@ -346,7 +350,7 @@ func (c *collector) engine(snap *engine.Snapshot, counter counterFunc) {
 	counter("arbiter_engine_preemptions_total", snap.PreemptionsTotal)
 	for action, n := range map[engine.Action]uint64{engine.ActionSuspend: st.Suspends, engine.ActionResume: st.Resumes,
 		engine.ActionGate: st.Gates, engine.ActionUngate: st.Ungates, engine.ActionTimeslice: st.Timeslices,
-		engine.ActionInterleave: st.Interleaves} {
+		engine.ActionInterleave: st.Interleaves, engine.ActionArm: st.Arms} {
 		counter("arbiter_enforcement_actions_total", n, string(action))
 	}
 	counter("arbiter_enforcement_failures_total", st.EnforceErrors)

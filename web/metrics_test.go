@@ -66,6 +66,11 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("no %s", name)
 		}
 	}
+	for name, want := range map[string]float64{"arbiter_gate_stops_total": 3, "arbiter_gate_armed_closes_total": 4} {
+		if mf := fams[name]; mf == nil || len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetCounter().GetValue() != want {
+			t.Errorf("%s: %v, want one counter at %v", name, mf, want)
+		}
+	}
 	for name, mf := range fams {
 		for _, m := range mf.GetMetric() {
 			for l, v := range labelsOf(m) {

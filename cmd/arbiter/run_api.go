@@ -56,7 +56,8 @@ func (d *daemon) serveAPI(node *nodeInfo) (*apiServer, error) {
 		Console: console.Handler(),
 		Capture: func() web.CaptureStats {
 			st := d.tracer.Stats()
-			return web.CaptureStats{Events: st.Events, Dropped: st.Drops, DecodeErrors: st.DecodeErrors}
+			return web.CaptureStats{Events: st.Events, Dropped: st.Drops, DecodeErrors: st.DecodeErrors,
+				GateStops: st.GateSignals, GateArmedCloses: st.GateArmedCloses}
 		},
 	})
 	if err != nil {

@@ -17,7 +17,8 @@ import (
 // per process, which of them works (engine.Support) and which GPUs the
 // process uses (engine.Placement), both from the driver trace, and has the
 // tracer deliver the first calls of latency-critical requests at once
-// (engine.Expediter).
+// (engine.Expediter), with the gates of their victims armed to close in
+// the kernel at those calls (engine.Armer).
 type liveEnforcer struct {
 	ctl    *nvrm.Controller // nil: no driver, or one channel control does not support
 	ctlWhy string           // why ctl is nil
@@ -33,6 +34,7 @@ var (
 	_ engine.Support   = (*liveEnforcer)(nil)
 	_ engine.Placement = (*liveEnforcer)(nil)
 	_ engine.Expediter = (*liveEnforcer)(nil)
+	_ engine.Armer     = (*liveEnforcer)(nil)
 )
 
 // errNoChannelControl is returned by channel controls on a node without
@@ -87,6 +89,18 @@ func (l *liveEnforcer) Gate(pid uint32) error { return l.gate.Gate(pid) }
 
 // Ungate implements engine.Gater.
 func (l *liveEnforcer) Ungate(pid uint32) error { return l.gate.Ungate(pid) }
+
+// Arm implements engine.Armer: the call that opens each of lc's requests
+// closes the victims' gates in its own probe.
+func (l *liveEnforcer) Arm(lc uint32, victims []uint32, launchOnly bool) error {
+	return l.gate.Arm(lc, victims, launchOnly)
+}
+
+// Settle implements engine.Armer.
+func (l *liveEnforcer) Settle() error {
+	_, err := l.gate.Settle()
+	return err
+}
 
 // Expedite implements engine.Expediter: the tracer's probes wake its
 // reader at the first call of each of pid's requests.

@@ -11,7 +11,8 @@
  *   exercise serve        reads commands from stdin: "launch N" times N
  *                         cuLaunchKernel calls and prints ns per call;
  *                         "sync N" the same for cuStreamSynchronize on an
- *                         idle stream;
+ *                         idle stream; "copy N" for cuMemcpyHtoD_v2 of
+ *                         16 bytes;
  *                         "calls N" runs the calls mode; "quit" exits
  *   exercise oldsync      calls cuStreamSynchronize@LIBCUDA_1.0 (the hidden
  *                         older version) 10 times, then the default once
@@ -189,6 +190,15 @@ static void serve(void)
 			uint64_t t0 = now_ns();
 			for (unsigned long long i = 0; i < n; i++)
 				cuStreamSynchronize(s);
+			uint64_t t1 = now_ns();
+			printf("%.1f\n", (double)(t1 - t0) / (double)n);
+		} else if (sscanf(line, "copy %llu", &n) == 1) {
+			static char buf[16];
+			CUdeviceptr d;
+			check(cuMemAlloc_v2(&d, sizeof buf), "cuMemAlloc");
+			uint64_t t0 = now_ns();
+			for (unsigned long long i = 0; i < n; i++)
+				cuMemcpyHtoD_v2(d, buf, sizeof buf);
 			uint64_t t1 = now_ns();
 			printf("%.1f\n", (double)(t1 - t0) / (double)n);
 		} else if (sscanf(line, "calls %llu", &n) == 1) {

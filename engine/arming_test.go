@@ -1,0 +1,137 @@
+package engine_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpu-arbiter/arbiter/engine"
+	"github.com/gpu-arbiter/arbiter/sched"
+	"github.com/gpu-arbiter/arbiter/trace"
+)
+
+// armer is an enforcer that gates some processes and can arm their gates;
+// it logs Arm and Settle among the other calls.
+type armer struct{ supported }
+
+func (a armer) Arm(lc uint32, victims []uint32, launchOnly bool) error {
+	return a.do(fmt.Sprintf("arm %d %v launch-only=%v", lc, victims, launchOnly))
+}
+
+func (a armer) Settle() error { return a.do("settle") }
+
+// only keeps the calls that start with one of prefixes.
+func only(log []string, prefixes ...string) []string {
+	return slices.DeleteFunc(slices.Clone(log), func(s string) bool {
+		return !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s, p) })
+	})
+}
+
+// TestArmGateVictims: a latency-critical process is armed with the
+// gate-level victims of its GPU (not those the driver suspends), rearmed
+// as they come and go, and disarmed when it leaves; every request of an
+// armed process ends with a settle after its victims are let go, and
+// stopping the engine disarms before it releases and settles last.
+func TestArmGateVictims(t *testing.T) {
+	evs := []trace.Event{
+		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"), exec(0, 40, "train"),
+		launch(us, 20), launch(us, 30), launch(us, 40), launch(2*us, 10),
+		syncAt(10*us, 10, 10*us), // the first request ends at 20 µs
+		{Kind: trace.KindExit, PID: 40, TID: 40, Time: 500 * us},
+		launch(1000*us, 10), syncAt(1010*us, 10, 100*us),
+		launch(1500*us, 20),
+	}
+	enf := armer{supported{calls: &calls{}, gateOnly: map[uint32]string{20: "no channels", 40: "no channels"}}}
+	opts := engine.Options{Classifier: byComm, IdleGap: 100 * time.Microsecond}
+	e, err := engine.New(&events{evs: evs}, enf, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		// The engine sees the first request itself, at the call that
+		// classified the process; arming follows.
+		"gate 20", "suspend 30 gpu0", "gate 40", "arm 10 [20 40] launch-only=false",
+		"ungate 20", "resume 30 gpu0", "ungate 40", "settle",
+		// pid 40 exits: it leaves the arming.
+		"settle", "arm 10 [20] launch-only=false",
+		"gate 20", "suspend 30 gpu0", "ungate 20", "resume 30 gpu0", "settle",
+		// Stopping: disarm, release (nothing held), settle.
+		"arm 10 [] launch-only=false", "settle",
+	}
+	if got := only(enf.log, "arm", "gate", "ungate", "suspend", "resume", "settle"); !slices.Equal(got, want) {
+		t.Errorf("enforcer calls\n%q\nwant\n%q", got, want)
+	}
+	if n := e.Stats().Arms; n != 3 {
+		t.Errorf("Stats().Arms = %d, want 3", n)
+	}
+}
+
+// TestArmFollowsPlans: a latency-critical plan without the pre-preemption
+// hint arms launch-only; reclassifying everything best-effort disarms;
+// a process that leaves while armed is disarmed; a class relaxed by SLO
+// feedback, whose requests no longer preempt, is disarmed too.
+func TestArmFollowsPlans(t *testing.T) {
+	noHint := lcPlan
+	noHint.PrePreemptionHint = false
+	classify := engine.ClassifierFunc(func(p engine.ProcessInfo) (sched.Plan, string, error) {
+		if p.Comm == "infer" {
+			return noHint, "comm infer", nil
+		}
+		return bePlan, "default", nil
+	})
+	evs := []trace.Event{exec(0, 10, "infer"), exec(0, 20, "train"), launch(us, 20), launch(2*us, 10)}
+	enf := armer{supported{calls: &calls{}, gateOnly: map[uint32]string{20: "no channels"}}}
+	opts := engine.Options{Classifier: classify, IdleGap: 100 * time.Microsecond}
+	e, err := engine.New(&events{evs: evs}, enf, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range evs {
+		e.Apply(&evs[i])
+	}
+	e.Reclassify(engine.ClassifierFunc(func(engine.ProcessInfo) (sched.Plan, string, error) {
+		return bePlan, "all best-effort", nil
+	}), "policy changed")
+	e.Reclassify(classify, "policy changed back")
+	exit := trace.Event{Kind: trace.KindExit, PID: 10, TID: 10, Time: 3 * us}
+	e.Apply(&exit)
+	want := []string{"arm 10 [20] launch-only=true", "arm 10 [] launch-only=false", "arm 10 [20] launch-only=true", "arm 10 [] launch-only=false"}
+	if got := only(enf.log, "arm"); !slices.Equal(got, want) {
+		t.Errorf("arm calls %q, want %q", got, want)
+	}
+
+	// Feedback: requests well within the objective relax the class after
+	// the hold; the process is disarmed then.
+	evs = []trace.Event{exec(0, 10, "infer"), exec(0, 20, "train"), launch(us, 20)}
+	for i := range uint64(40) {
+		at := (i + 1) * 1000 * us
+		evs = append(evs, launch(at, 10), syncAt(at+10*us, 10, 100*us))
+	}
+	enf = armer{supported{calls: &calls{}, gateOnly: map[uint32]string{20: "no channels"}}}
+	opts = engine.Options{Classifier: byComm, IdleGap: 100 * time.Microsecond, Feedback: true, FeedbackMin: 5,
+		FeedbackHold: 5 * time.Millisecond, ControlInterval: time.Millisecond}
+	e, err = engine.New(&events{evs: evs}, enf, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if e.Stats().Relaxes == 0 {
+		t.Fatal("the class never relaxed")
+	}
+	got := only(enf.log, "arm")
+	if len(got) < 2 || got[0] != "arm 10 [20] launch-only=false" || got[1] != "arm 10 [] launch-only=false" {
+		t.Errorf("with feedback: arm calls %q, want armed, then disarmed at the relax", got)
+	}
+	// Relaxed, its requests hold nothing: the gate is never closed after.
+	log := only(enf.log, "arm", "gate")
+	if i := slices.Index(log, "arm 10 [] launch-only=false"); i >= 0 && slices.Contains(log[i:], "gate 20") {
+		t.Errorf("gated after the relax: %q", log)
+	}
+}
