@@ -44,6 +44,7 @@ type StatsView struct {
 	Escalations     uint64 `json:"escalations"`
 	Relaxes         uint64 `json:"relaxes"`
 	HarvestsSkipped uint64 `json:"harvests_skipped"`
+	Arms            uint64 `json:"arms"`
 }
 
 // Counts are the processes by class, state and level.
@@ -214,7 +215,7 @@ func (s *Server) status(v view) StatusView {
 			ClassifyErrors: st.ClassifyErrors, Requests: st.Requests, Suspends: st.Suspends, Resumes: st.Resumes,
 			Gates: st.Gates, Ungates: st.Ungates, Timeslices: st.Timeslices, Interleaves: st.Interleaves,
 			EnforceErrors: st.EnforceErrors, VictimCalls: st.VictimCalls, VictimErrors: st.VictimErrors,
-			Escalations: st.Escalations, Relaxes: st.Relaxes, HarvestsSkipped: st.HarvestsSkipped},
+			Escalations: st.Escalations, Relaxes: st.Relaxes, HarvestsSkipped: st.HarvestsSkipped, Arms: st.Arms},
 		Counts: v.counts(), DecisionsTotal: v.snap.DecisionsTotal, PreemptionsTotal: v.snap.PreemptionsTotal}
 	if out.Node.GPUs == nil {
 		out.Node.GPUs = []NodeGPU{}

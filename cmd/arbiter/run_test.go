@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,6 +128,31 @@ func (d *testDaemon) stop(sig syscall.Signal) error {
 	return nil
 }
 
+// metric reads one unlabelled sample of the daemon's /metrics.
+func (d *testDaemon) metric(name string) float64 {
+	d.t.Helper()
+	resp, err := newDaemonClient(d.socket()).http.Get("http://arbiter/metrics")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				d.t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	d.t.Fatalf("no %s in /metrics:\n%s", name, b)
+	return 0
+}
+
 func (d *testDaemon) processes() []web.ProcessItem {
 	d.t.Helper()
 	var pl web.ProcessList
@@ -207,6 +234,14 @@ func TestDaemonGatesBestEffort(t *testing.T) {
 	}
 	if st.Engine.Gates == 0 || st.Engine.Gates != st.Engine.Ungates || st.Engine.EnforceErrors != 0 {
 		t.Errorf("engine: %+v", st.Engine)
+	}
+	// The training workload's gate was armed for the inference one's
+	// requests, and their first calls closed it in the kernel.
+	if st.Engine.Arms == 0 {
+		t.Errorf("no gate armed: %+v", st.Engine)
+	}
+	if n := d.metric("arbiter_gate_armed_closes_total"); n == 0 {
+		t.Errorf("arbiter_gate_armed_closes_total %v: no gate closed by an armed request", n)
 	}
 	// ps and status read the same socket.
 	code, out := runMain(t, "ps", "--socket", d.socket())
