@@ -12,22 +12,31 @@ import (
 	"github.com/gpu-arbiter/arbiter/bpf"
 )
 
+// armedPair starts a training workload (the victim) and a serving
+// exerciser (the latency-critical process), and returns tracer options
+// for both with the request gap.
+func armedPair(t *testing.T, gap time.Duration) (be uint32, lc *proc, o *Options) {
+	t.Helper()
+	r := newRig(t)
+	be = startTrain(t, r)
+	lc = r.start(t, nil, false, "serve")
+	if l := lc.line(t); l != "ready" {
+		t.Fatalf("exerciser said %q", l)
+	}
+	o = r.options()
+	o.PIDs = []uint32{be, lc.pid}
+	o.ExpediteGap = gap
+	return be, lc, o
+}
+
 // TestArmedRequestClosesGate: arming alone stops nothing; the launch that
 // opens a request of the armed process stops its victim, a launch within
 // the request does not close a gate Settle opened; Settle opens a gate
 // Gate did not take over and keeps one it did; a launch-only arming
 // ignores copies; disarming, and the process's exit, end it.
 func TestArmedRequestClosesGate(t *testing.T) {
-	r := newRig(t)
-	be := startTrain(t, r)
-	lc := r.start(t, nil, false, "serve")
-	if l := lc.line(t); l != "ready" {
-		t.Fatalf("exerciser said %q", l)
-	}
-	o := r.options()
-	o.PIDs = []uint32{be, lc.pid}
 	const gap = 300 * time.Millisecond
-	o.ExpediteGap = gap
+	be, lc, o := armedPair(t, gap)
 	tr := openTracer(t, o)
 	log := logLaunches(tr, be)
 	log.waitLaunchAfter(t, 0, "before arming")
@@ -145,15 +154,7 @@ func TestArmedRequestClosesGate(t *testing.T) {
 // armed and its requests keep coming leaves no gate closed: Close disarms
 // and waits for the probes before it opens every gate.
 func TestCloseDisarmsBeforeReleasing(t *testing.T) {
-	r := newRig(t)
-	be := startTrain(t, r)
-	lc := r.start(t, nil, false, "serve")
-	if l := lc.line(t); l != "ready" {
-		t.Fatalf("exerciser said %q", l)
-	}
-	o := r.options()
-	o.PIDs = []uint32{be, lc.pid}
-	o.ExpediteGap = time.Microsecond // every launch opens a request
+	be, lc, o := armedPair(t, time.Microsecond) // every launch opens a request
 	tr, err := Open(o)
 	if err != nil {
 		t.Fatal(err)
