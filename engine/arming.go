@@ -41,7 +41,8 @@ func (e *Engine) arm() {
 		e.armStale = false
 		return
 	}
-	for _, p := range e.procs {
+	for _, pid := range e.pids() {
+		p := e.procs[pid]
 		var want []uint32
 		if p.plan.LatencyCritical && e.escalated(p) {
 			for _, g := range p.gpus {
@@ -78,7 +79,11 @@ func (e *Engine) setArmed(a Armer, p *proc, victims []uint32, launchOnly bool) {
 	e.st.Arms++
 	reason := "no gate armed for its requests"
 	if len(victims) > 0 {
-		reason = fmt.Sprintf("its requests' first %s closes the gates of pids %v in the kernel", map[bool]string{true: "launch", false: "call"}[launchOnly], victims)
+		first := "call"
+		if launchOnly {
+			first = "launch"
+		}
+		reason = fmt.Sprintf("its requests' first %s closes the gates of pids %v in the kernel", first, victims)
 	}
 	e.recordEnforce(p, -1, ActionArm, reason, a.Arm(p.key.PID, victims, launchOnly))
 }
