@@ -315,6 +315,37 @@ func TestDaemonFailSafe(t *testing.T) {
 	}
 }
 
+// TestDaemonKilledWhileArmed: a daemon killed (kill -9) while the
+// inference workload's requests close the training one's gate in the
+// kernel leaves nothing that closes it again: after arbiter recover the
+// training workload runs on while the inference one keeps making
+// requests.
+func TestDaemonKilledWhileArmed(t *testing.T) {
+	node := newRecoverNode(t)
+	b := cudastub.ForTest(t)
+	d := startDaemon(t, node, policyDir(t, map[string]string{"p.rego": testPolicy}))
+	train := startWorkload(t, "best-effort", b.Train, "--kernel-us", "1000", "--sync-every", "1", "--duration", "60")
+	startWorkload(t, "latency-critical", b.Infer, "--rate", "100", "--duration", "60")
+	for end := time.Now().Add(15 * time.Second); d.metric("arbiter_gate_armed_closes_total") < 10; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no armed request closed the training workload's gate within 15 s: %+v\n%s", d.processes(), d.output())
+		}
+	}
+	d.stop(syscall.SIGKILL)
+	code, out := runMain(t, "recover", "--gate-pin-dir", node.pinDir, "--state-dir", nvrmStateDirOf(node))
+	if code != 0 {
+		t.Fatalf("recover: exit %d\n%s", code, out)
+	}
+	pid := train.Process.Pid
+	waitStopped(t, pid, false, "after recover")
+	// A hundred requests a second, none of which may stop it now.
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if isStopped(t, pid) {
+			t.Fatalf("the training workload was stopped again after the daemon died and recover ran:\n%s", out)
+		}
+	}
+}
+
 func nvrmStateDirOf(n *recoverNode) string { return filepath.Join(filepath.Dir(n.stateDir), "nvrm") }
 
 // TestDaemonRefusesBadPolicy: a policy that fails its checks keeps the
