@@ -287,6 +287,10 @@ func (g *Gate) Close() error {
 // where the entry could not be removed; a failure to continue is the
 // Release's Err.
 func (g *Gate) open(pid uint32) (Release, error) {
+	// No longer held, whatever the map says: an entry the exit
+	// tracepoint dropped leaves nothing to open, and a later process
+	// with the pid is not held by this one's Gate.
+	delete(g.held, pid)
 	var v []byte
 	if err := g.entries.LookupAndDelete(pid, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -294,7 +298,6 @@ func (g *Gate) open(pid uint32) (Release, error) {
 		}
 		return Release{}, fmt.Errorf("ungate process %d: remove its gate entry: %w", pid, err)
 	}
-	delete(g.held, pid)
 	e := decodeGateValue(v)
 	r := Release{GatedProcess: GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0}}
 	if !r.Stopped {

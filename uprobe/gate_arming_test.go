@@ -6,6 +6,8 @@ package uprobe
 
 import (
 	"io"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,4 +193,40 @@ func TestCloseDisarmsBeforeReleasing(t *testing.T) {
 		t.Fatalf("exerciser: %v", err)
 	}
 	staysState(t, be, false, 300*time.Millisecond, "after Close")
+}
+
+// TestUngateForgetsExited: a process gated through Gate that exits (its
+// entry dropped by the exit tracepoint) is no longer held once Ungate has
+// run, so that Settle does not spare a later process with its pid.
+func TestUngateForgetsExited(t *testing.T) {
+	r := newRig(t)
+	be := startTrain(t, r)
+	o := r.options()
+	o.PIDs = []uint32{be}
+	tr := openTracer(t, o)
+	logLaunches(tr, be).waitLaunchAfter(t, 0, "before gating")
+	g := tr.Gate()
+	if err := g.Gate(be); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, be, true, "gated")
+	p, err := os.FindProcess(int(be))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if l, _ := g.Gated(); len(l) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the exit tracepoint did not drop the killed process's gate entry")
+		}
+	}
+	if err := g.Ungate(be); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := g.held[be]; held {
+		t.Errorf("pid %d still held after Ungate of the exited process", be)
+	}
 }
