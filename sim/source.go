@@ -23,6 +23,38 @@ func (s *Simulator) Start(end uint64) { s.start(end) }
 // the read deadline comes first (the clock then reads the deadline), or the
 // model's error.
 func (s *Simulator) Read(ev *trace.Event) error {
+	if err := s.fill(); err != nil {
+		return err
+	}
+	*ev = s.out[s.outHead]
+	if s.outN[s.outHead] > 1 {
+		s.outN[s.outHead]--
+	} else {
+		s.outHead++
+	}
+	return nil
+}
+
+// ReadBatch is Read for a consumer that takes events in place: it returns,
+// in order, every event left from the simulator's last step (or, if none
+// is, from the next one), each standing for counts[i] identical events in
+// a row (a burst's launches), as Read would return them one by one. It
+// returns the same errors as Read, when Read would. The slices are the
+// simulator's own: they hold until the next Read or ReadBatch, and the
+// consumer must not change them. A read deadline set while they are
+// handled applies from the next call, as it would between Reads.
+func (s *Simulator) ReadBatch() (evs []trace.Event, counts []uint32, err error) {
+	if err := s.fill(); err != nil {
+		return nil, nil, err
+	}
+	evs, counts = s.out[s.outHead:], s.outN[s.outHead:]
+	s.outHead = len(s.out)
+	return evs, counts, nil
+}
+
+// fill steps the simulation until it has an event to deliver, or returns
+// why there is none.
+func (s *Simulator) fill() error {
 	for s.outHead == len(s.out) {
 		if !s.started {
 			return fmt.Errorf("read: call Start or Run first")
@@ -49,12 +81,6 @@ func (s *Simulator) Read(ev *trace.Event) error {
 		if s.steps++; s.steps&(progressEvery-1) == 0 && s.progress != nil {
 			s.progress(s.now)
 		}
-	}
-	*ev = s.out[s.outHead]
-	if s.outN[s.outHead] > 1 {
-		s.outN[s.outHead]--
-	} else {
-		s.outHead++
 	}
 	return nil
 }
