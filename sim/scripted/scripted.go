@@ -79,8 +79,10 @@ type Controller struct {
 	gpus  map[int][]uint32 // BE pids per GPU, ascending
 	busy  map[int]int      // active LC processes per GPU
 	idle  idleQueue        // pending idle times of active LC processes
-	// deadline is the read deadline last set (0: none).
+	// deadline is the read deadline last set (0: none); changed says
+	// idle times may have changed since.
 	deadline uint64
+	changed  bool
 	st       Stats
 }
 
@@ -135,19 +137,55 @@ func New(src engine.DeadlineSource, enf engine.Enforcer, procs []Process, opts *
 // Stats returns what the controller has done so far.
 func (c *Controller) Stats() Stats { return c.st }
 
+// batchSource is a source that lends its events in place (sim.Simulator),
+// each standing for a run of identical ones: the controller reads the
+// simulator's some 100 million launches a simulated hour without copying
+// them.
+type batchSource interface {
+	ReadBatch() (evs []trace.Event, counts []uint32, err error)
+}
+
 // Run reads events until the source ends (nil) or fails.
 func (c *Controller) Run() error {
+	b, _ := c.src.(batchSource)
 	var ev trace.Event
 	for {
-		err := c.src.Read(&ev)
-		switch {
-		case err == nil:
+		var err error
+		if b != nil {
+			var evs []trace.Event
+			var counts []uint32
+			if evs, counts, err = b.ReadBatch(); err == nil {
+				for i := range evs {
+					// The copies after the first of a run of identical
+					// events change nothing: a launch or copy only
+					// opens or extends a request.
+					c.st.Events += uint64(counts[i])
+					if err := c.handle(&evs[i]); err != nil {
+						return err
+					}
+					if err := c.setDeadline(); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+		} else if err = c.src.Read(&ev); err == nil {
 			c.st.Events++
 			if err := c.handle(&ev); err != nil {
 				return err
 			}
+			if err := c.setDeadline(); err != nil {
+				return err
+			}
+			continue
+		}
+		switch {
 		case errors.Is(err, trace.ErrDeadline):
+			c.changed = true
 			if err := c.expire(c.src.Now()); err != nil {
+				return err
+			}
+			if err := c.setDeadline(); err != nil {
 				return err
 			}
 		case errors.Is(err, io.EOF):
@@ -155,13 +193,24 @@ func (c *Controller) Run() error {
 		default:
 			return err
 		}
-		if t := c.idle.next(); t != c.deadline {
-			c.deadline = t
-			if err := c.src.SetReadDeadline(t); err != nil {
-				return err
-			}
+	}
+}
+
+// setDeadline sets the source's read deadline to the earliest pending
+// idle time if that changed. Only LC processes' events and expiries
+// change idle times: after any other event the queue is left alone.
+func (c *Controller) setDeadline() error {
+	if !c.changed {
+		return nil
+	}
+	c.changed = false
+	if t := c.idle.next(); t != c.deadline {
+		c.deadline = t
+		if err := c.src.SetReadDeadline(t); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
 // lookup finds an event's process; nil for processes not under control.
@@ -187,6 +236,7 @@ func (c *Controller) handle(ev *trace.Event) error {
 	if !p.LC {
 		return nil
 	}
+	c.changed = true
 	p.req.Call(ev)
 	switch ev.Kind {
 	case trace.KindLaunch, trace.KindCopy:
