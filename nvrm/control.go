@@ -59,10 +59,12 @@ type Controller struct {
 	// process for good, so later calls need no /proc read to rule out a
 	// reused pid. It does not hold the process's GPU resources.
 	pidfds map[uint32]pidfdEntry
-	// noDisableChannels holds the GPUs (device instances) that answered
-	// FIFO_DISABLE_CHANNELS with NOT_SUPPORTED: SuspendAuto goes straight
-	// to the per-group controls there.
-	noDisableChannels map[uint32]bool
+	// disableChannels holds what each GPU (device instance) answered to
+	// FIFO_DISABLE_CHANNELS: false, NOT_SUPPORTED (no GSP firmware:
+	// SuspendAuto goes straight to the per-group controls there); true,
+	// it took the channels off (GSP: the per-group controls are accepted
+	// and ignored there, so SuspendAuto never falls back to them).
+	disableChannels map[uint32]bool
 }
 
 type pidfdEntry struct {
@@ -106,7 +108,7 @@ type ControllerOptions struct {
 
 // NewController returns a Controller acting on the processes of reg.
 func NewController(reg *Registry, opts *ControllerOptions) (*Controller, error) {
-	c := &Controller{reg: reg, pidfds: map[uint32]pidfdEntry{}, noDisableChannels: map[uint32]bool{}, sys: sysIoctl, caps: caps.Effective}
+	c := &Controller{reg: reg, pidfds: map[uint32]pidfdEntry{}, disableChannels: map[uint32]bool{}, sys: sysIoctl, caps: caps.Effective}
 	if opts != nil {
 		c.opts = *opts
 	}

@@ -14,7 +14,11 @@ const (
 	// channel of a GPU's groups and the GPU answers it, else
 	// SuspendSchedule. A GPU that answered FIFO_DISABLE_CHANNELS with
 	// NOT_SUPPORTED (one not run by GSP firmware) is remembered and goes
-	// straight to SuspendSchedule afterwards.
+	// straight to SuspendSchedule afterwards. A GPU that took channels
+	// off with it is remembered too: it runs GSP firmware, where
+	// SuspendSchedule does nothing, so where a process's channels there
+	// cannot all be named, Suspend refuses (ErrNoSuspendPath) rather than
+	// fall back.
 	SuspendAuto SuspendMethod = iota
 	// SuspendSchedule disables each channel group's scheduling
 	// (GPFIFO_SCHEDULE{bEnable=0}) and preempts it (PREEMPT, waiting):
@@ -31,6 +35,14 @@ const (
 	// re-enables the channels the same way.
 	SuspendDisableChannels
 )
+
+// ErrNoSuspendPath is returned by Suspend (SuspendAuto) for a GPU known to
+// run GSP firmware (it answered FIFO_DISABLE_CHANNELS) where the process's
+// channels cannot all be named: FIFO_DISABLE_CHANNELS would leave the
+// unnamed ones running, and the per-group controls, which the driver
+// accepts there, do not stop the GPU's work (seen on an H100). Nothing is
+// changed; the caller falls back to a weaker enforcement.
+var ErrNoSuspendPath = errors.New("no suspend path this GPU honours")
 
 // String returns "auto", "schedule" or "disable-channels".
 func (m SuspendMethod) String() string {
@@ -182,8 +194,10 @@ func (c *Controller) planSuspend(p Process, groups []Group, method SuspendMethod
 		case method == SuspendDisableChannels && why != "":
 			return nil, fmt.Errorf("nvrm: process %d, GPU %d: FIFO_DISABLE_CHANNELS cannot be used: %s (use the schedule method)", p.PID, d.instance, why)
 		case method == SuspendDisableChannels:
-		case why == "" && !c.disableChannelsRefused(d.instance):
+		case why == "" && c.disableChannelsAnswer(d.instance) != answerRefused:
 			d.method = SuspendDisableChannels
+		case c.disableChannelsAnswer(d.instance) == answerHonoured:
+			return nil, fmt.Errorf("nvrm: process %d, GPU %d: %w: FIFO_DISABLE_CHANNELS cannot name every channel (%s), and the per-group controls are accepted and ignored on this GPU, which runs GSP firmware (it answered FIFO_DISABLE_CHANNELS): not suspended (--method schedule forces them)", p.PID, d.instance, ErrNoSuspendPath, why)
 		default:
 			d.method = SuspendSchedule
 		}
@@ -261,9 +275,10 @@ func (c *Controller) suspendOn(s *session, plans []devicePlan, auto bool) error 
 			err := s.disable(d, true)
 			switch {
 			case err == nil:
+				c.noteDisableChannels(d.instance, answerHonoured)
 				continue
 			case auto && errors.Is(err, ErrNotSupported):
-				c.refuseDisableChannels(d.instance)
+				c.noteDisableChannels(d.instance, answerRefused)
 				d.method, d.fellBack = SuspendSchedule, true
 				if err := c.reg.markSuspended(d.records(s.pid, s.start)); err != nil {
 					errs = append(errs, err)
@@ -307,20 +322,34 @@ func (s *session) disable(d *devicePlan, disable bool) error {
 	return nil
 }
 
-// disableChannelsRefused reports whether GPU instance answered
-// FIFO_DISABLE_CHANNELS with NOT_SUPPORTED before.
-func (c *Controller) disableChannelsRefused(instance uint32) bool {
+// What a GPU answered to FIFO_DISABLE_CHANNELS.
+const (
+	answerUnknown  = iota // never asked
+	answerRefused         // NOT_SUPPORTED: no GSP firmware
+	answerHonoured        // took the channels off: GSP firmware
+)
+
+// disableChannelsAnswer returns what GPU instance answered to
+// FIFO_DISABLE_CHANNELS last.
+func (c *Controller) disableChannelsAnswer(instance uint32) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.noDisableChannels[instance]
+	ok, asked := c.disableChannels[instance]
+	switch {
+	case !asked:
+		return answerUnknown
+	case ok:
+		return answerHonoured
+	}
+	return answerRefused
 }
 
-// refuseDisableChannels remembers that GPU instance does not support
+// noteDisableChannels remembers what GPU instance answered to
 // FIFO_DISABLE_CHANNELS.
-func (c *Controller) refuseDisableChannels(instance uint32) {
+func (c *Controller) noteDisableChannels(instance uint32, answer int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.noDisableChannels[instance] = true
+	c.disableChannels[instance] = answer == answerHonoured
 }
 
 // Resume undoes the suspension of pid's channel groups on GPU gpu as each

@@ -71,9 +71,10 @@ func TestSuspendDisableChannels(t *testing.T) {
 		t.Errorf("records left: %+v", c.reg.Suspended())
 	}
 
-	// A group whose channels were not traced: auto takes the per-group
-	// path; named explicitly, the method is refused before anything is
-	// recorded or issued.
+	// A group whose channels were not traced: named explicitly, the
+	// method is refused before anything is recorded or issued; auto
+	// refuses too, since this GPU answered FIFO_DISABLE_CHANNELS (GSP
+	// firmware, where the per-group controls do nothing).
 	ev := evAlloc(self, 0, 1, 2, 6, ClassChannelGroup, EngineCopy0, 0)
 	c.reg.Apply(&ev)
 	*calls = nil
@@ -83,10 +84,29 @@ func TestSuspendDisableChannels(t *testing.T) {
 		t.Fatalf("explicit, untraced channels: %v, %d calls, records %+v", err, len(*calls), c.reg.Suspended())
 	}
 	steps, err = c.SuspendWith(self, -1, nil)
-	if err != nil || steps[0].Method != SuspendSchedule || steps[0].FellBack {
-		t.Fatalf("auto, untraced channels: %+v, %v", steps, err)
+	if !errors.Is(err, ErrNoSuspendPath) || !strings.Contains(err.Error(), "no channel of channel group 0x6 was traced") ||
+		len(*calls) != 0 || len(c.reg.Suspended()) != 0 {
+		t.Fatalf("auto, untraced channels, a GPU that answered: %+v, %v, %d calls, records %+v", steps, err, len(*calls), c.reg.Suspended())
+	}
+	// Named explicitly, the per-group controls still run.
+	if steps, err = c.SuspendWith(self, -1, &SuspendOptions{Method: SuspendSchedule}); err != nil || steps[0].Method != SuspendSchedule {
+		t.Fatalf("schedule, untraced channels: %+v, %v", steps, err)
 	}
 	if err := c.Resume(self, -1); err != nil {
+		t.Fatal(err)
+	}
+
+	// A GPU never asked: auto takes the per-group path, as it must on a
+	// GPU without GSP firmware.
+	c2, self2 := selfWithGroups(t, ControllerOptions{})
+	ev = evAlloc(self2, 0, 1, 2, 6, ClassChannelGroup, EngineCopy0, 0)
+	c2.reg.Apply(&ev)
+	recordCalls(c2, nil)
+	steps, err = c2.SuspendWith(self2, -1, nil)
+	if err != nil || steps[0].Method != SuspendSchedule || steps[0].FellBack {
+		t.Fatalf("auto, untraced channels, a GPU never asked: %+v, %v", steps, err)
+	}
+	if err := c2.Resume(self2, -1); err != nil {
 		t.Fatal(err)
 	}
 }
