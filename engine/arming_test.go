@@ -135,3 +135,49 @@ func TestArmFollowsPlans(t *testing.T) {
 		t.Errorf("gated after the relax: %q", log)
 	}
 }
+
+// lateSource is a source without read deadlines: timers fire only as
+// events pass their time, as a live source delivers a request's end after
+// the calls that follow it.
+type lateSource struct{ s *events }
+
+func (l lateSource) Read(ev *trace.Event) error { return l.s.Read(ev) }
+func (l lateSource) Close() error               { return nil }
+
+// TestNextRequestKeepsVictims: where a request's end is seen only with
+// the first call of the next one, the victims stay held into it, rather
+// than let go and held again (which would open a gate an armed request
+// had just closed); a call of a process that does not preempt for it
+// lets them go as before.
+func TestNextRequestKeepsVictims(t *testing.T) {
+	evs := []trace.Event{
+		exec(0, 10, "infer"), exec(0, 20, "train"), exec(0, 30, "train"), launch(us, 20),
+		launch(1000*us, 10), syncAt(1010*us, 10, 100*us), // ends at 1110 µs
+		launch(1500*us, 10), syncAt(1510*us, 10, 100*us), // its end is seen with the next call
+		launch(5000*us, 30), // a best-effort call: the victims go
+		launch(9000*us, 20),
+	}
+	enf := armer{supported{calls: &calls{}, gateOnly: map[uint32]string{20: "no channels"}}}
+	opts := engine.Options{Classifier: byComm, IdleGap: 100 * time.Microsecond}
+	e, err := engine.New(lateSource{&events{evs: evs}}, enf, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"gate 20", "ungate 20"}
+	if got := only(enf.log, "gate", "ungate"); !slices.Equal(got, want) {
+		t.Errorf("gate calls %q, want %q: held across both requests", got, want)
+	}
+	var kept bool
+	for _, d := range e.Snapshot().Preemptions {
+		kept = kept || d.Action == engine.ActionHold && strings.Contains(d.Reason, "next latency-critical request had begun")
+	}
+	if !kept {
+		t.Errorf("no hold decision recorded: %+v", e.Snapshot().Preemptions)
+	}
+	if n := proc(t, e.Snapshot(), 10).Latency.Requests; n != 2 {
+		t.Errorf("%d requests, want 2", n)
+	}
+}

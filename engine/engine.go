@@ -153,6 +153,9 @@ type Engine struct {
 	// settlePending says a disarmed one may have left gates to open.
 	armStale, settlePending bool
 	armed                   int
+	// arriving is the event whose time the clock is moving to, while the
+	// timers it makes due fire (see nextRequestHolds).
+	arriving *trace.Event
 }
 
 type posted struct {
@@ -285,7 +288,9 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 func (e *Engine) Apply(ev *trace.Event) {
 	e.st.Events++
 	if ev.Time > e.now {
+		e.arriving = ev
 		e.advance(ev.Time)
+		e.arriving = nil
 	}
 	for _, o := range e.opts.Observers {
 		o.Event(ev)

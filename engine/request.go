@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
@@ -197,6 +198,9 @@ func (e *Engine) finish(p *proc) {
 		if len(gs.active) > 0 || !gs.preempted {
 			continue
 		}
+		if e.nextRequestHolds(g) {
+			continue
+		}
 		if wait, ok := e.shortGap(p); ok {
 			e.st.HarvestsSkipped++
 			gs.harvestGen++
@@ -210,6 +214,32 @@ func (e *Engine) finish(p *proc) {
 	if len(p.armed) > 0 {
 		e.settle()
 	}
+}
+
+// nextRequestHolds reports whether the event the clock is moving to, the
+// one that made a request's end (or a harvest) due, is a latency-critical
+// call on gpu g that preempts for a request of its own: then the victims
+// stay held into that request instead of being let go and held again. A
+// live source delivers a request's end late, after the calls that follow
+// it: letting the victims go would let a best-effort process launch once
+// more beside the new request, and open a gate that an armed request had
+// already closed for it (see Armer). Timers that fire at their own time
+// (a source with deadlines, the simulator) have no such event.
+func (e *Engine) nextRequestHolds(g int) bool {
+	ev := e.arriving
+	if ev == nil || (ev.Kind != trace.KindLaunch && ev.Kind != trace.KindCopy) {
+		return false
+	}
+	q := e.procs[ev.PID]
+	if q == nil || !q.plan.LatencyCritical || !slices.Contains(q.gpus, g) {
+		return false
+	}
+	if !(q.plan.PrePreemptionHint || ev.Kind == trace.KindLaunch) || !e.escalated(q) {
+		return false
+	}
+	e.record(Decision{PID: q.key.PID, Comm: q.comm, Class: q.plan.Class, GPU: g, Action: ActionHold,
+		Reason: "the next latency-critical request had begun when the last one's end was seen: victims stay held"})
+	return true
 }
 
 // shortGap reports whether p's learned idle gap is shorter than the

@@ -78,7 +78,7 @@ func (e *Engine) fire(t timer) {
 		e.finish(p)
 	case timerHarvest:
 		gs := e.gpu(t.gpu)
-		if gs.harvestGen != t.gen || len(gs.active) > 0 {
+		if gs.harvestGen != t.gen || len(gs.active) > 0 || e.nextRequestHolds(t.gpu) {
 			return
 		}
 		e.releaseGPU(t.gpu)
