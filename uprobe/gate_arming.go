@@ -34,8 +34,9 @@ const MaxArmed = len(bpf.CudaArmed{}.Victims)
 //
 // A victim's gate closes only where its launch probes are attached (see
 // Gate); a victim that has exited is left out. At most MaxArmed victims
-// are armed; Arm returns an error naming those left out (armed is then
-// the first MaxArmed).
+// are armed: beyond that, the first MaxArmed still running are, and Arm
+// returns an error saying how many were given (the rest are gated when
+// the daemon sees the request).
 func (g *Gate) Arm(lc uint32, victims []uint32, launchOnly bool) error {
 	if g.armed == nil || g.probed == nil {
 		return fmt.Errorf("arm gates for process %d: this gate was opened from its pin without a tracer", lc)
