@@ -495,6 +495,7 @@ static __always_inline void gate(__u32 tgid)
 		*n += 1;
 }
 
+#if !defined(__TARGET_ARCH_x86)
 // stack_arg reads the n-th (1-based) argument that the calling convention
 // passes on the stack.
 static __always_inline __u64 stack_arg(struct regs *r, int n)
@@ -503,14 +504,28 @@ static __always_inline __u64 stack_arg(struct regs *r, int n)
 	bpf_probe_read_user(&v, sizeof(v), (void *)(SP(r) + STACK_ARG_BASE + 8 * (n - REG_ARGS - 1)));
 	return v;
 }
-
-#if defined(__TARGET_ARCH_x86)
-#define LAUNCH_ARG7(r) stack_arg(r, 7)
-#define LAUNCH_ARG8(r) stack_arg(r, 8)
-#else
-#define LAUNCH_ARG7(r) ARG7(r)
-#define LAUNCH_ARG8(r) ARG8(r)
 #endif
+
+// launch_stack_args fills the launch record's fields that come from
+// cuLaunchKernel's 7th to 9th arguments (blockZ, sharedMemBytes, hStream).
+// On x86-64 all three are on the stack, next to each other, and are read
+// with one copy: each bpf_probe_read_user is a helper call with a fault
+// handler around it, the dearest step of the launch probe when taken three
+// times. On arm64 only the 9th is on the stack.
+static __always_inline void launch_stack_args(struct regs *r, struct event *e)
+{
+#if defined(__TARGET_ARCH_x86)
+	__u64 st[3] = {};
+	bpf_probe_read_user(st, sizeof(st), (void *)(SP(r) + STACK_ARG_BASE));
+	e->dims[5] = st[0];
+	e->dims[6] = st[1];
+	e->args[1] = st[2];
+#else
+	e->dims[5] = ARG7(r);
+	e->dims[6] = ARG8(r);
+	e->args[1] = stack_arg(r, 9);
+#endif
+}
 
 // cuLaunchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ,
 //                sharedMemBytes, hStream, kernelParams, extra)
@@ -534,9 +549,7 @@ static __always_inline int uprobe_launch_body(struct regs *r)
 	e->dims[2] = ARG4(r);
 	e->dims[3] = ARG5(r);
 	e->dims[4] = ARG6(r);
-	e->dims[5] = LAUNCH_ARG7(r);
-	e->dims[6] = LAUNCH_ARG8(r);
-	e->args[1] = stack_arg(r, 9);
+	launch_stack_args(r, e);
 	submit(e, opens_request(pid_tgid >> 32, time, 1));
 	return 0;
 }
