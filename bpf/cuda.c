@@ -255,7 +255,13 @@ struct gate_entry {
 	__u64 start;
 	// Set to 1 by the probe that stopped the process.
 	__u32 stopped;
-	__u32 pad;
+	// Where an armed request closed the gate (close_armed): when, in
+	// units of 1,024 ns of CLOCK_MONOTONIC, truncated to 32 bits, with the
+	// lowest bit set so that it is never 0; 0 where the daemon closed it.
+	// It tells a gate closed by a request whose first call may not have
+	// reached the daemon yet from one the daemon failed to take over
+	// (Gate.Settle). Builds that called this field padding wrote 0 here.
+	__u32 armed_at;
 };
 
 // Referenced so that the type is in BTF (bpf2go -type gate_entry).
@@ -392,7 +398,7 @@ static __always_inline void submit(struct event *e, int wake)
 // close_armed closes the gates armed for tgid's requests (see
 // gate_armed). An entry that exists is left as it is: closed already, and
 // perhaps marked stopped.
-static __always_inline void close_armed(__u32 tgid, int launch)
+static __always_inline void close_armed(__u32 tgid, __u64 time, int launch)
 {
 	if (!gate_enabled)
 		return;
@@ -404,7 +410,7 @@ static __always_inline void close_armed(__u32 tgid, int launch)
 	for (int i = 0; i < ARMED_MAX; i++) {
 		if (i >= n)
 			break;
-		struct gate_entry g = { .start = a->victims[i].start };
+		struct gate_entry g = { .start = a->victims[i].start, .armed_at = (__u32)(time >> 10) | 1 };
 		if (bpf_map_update_elem(&launch_gate, &a->victims[i].tgid, &g, BPF_NOEXIST) == 0)
 			closed++;
 	}
@@ -430,7 +436,7 @@ static __always_inline int opens_request(__u32 tgid, __u64 time, int launch)
 	*busy = time;
 	if (idle < (__s64)expedite_gap_ns)
 		return 0;
-	close_armed(tgid, launch);
+	close_armed(tgid, time, launch);
 	return 1;
 }
 
@@ -486,7 +492,7 @@ static __always_inline void gate(__u32 tgid)
 	__u64 start = BPF_CORE_READ(task, group_leader, start_boottime);
 	if (start - start % TICK_NS != g->start)
 		return;
-	struct gate_entry stopped = { .start = g->start, .stopped = 1 };
+	struct gate_entry stopped = { .start = g->start, .stopped = 1, .armed_at = g->armed_at };
 	if (bpf_map_update_elem(&launch_gate, &tgid, &stopped, BPF_EXIST) != 0)
 		return;
 	__u32 slot = bpf_send_signal(SIGSTOP) == 0 ? 0 : 1;

@@ -43,7 +43,7 @@ type CudaGateEntry struct {
 	_       structs.HostLayout
 	Start   uint64
 	Stopped uint32
-	Pad     uint32
+	ArmedAt uint32
 }
 
 type CudaSyncEntry struct {

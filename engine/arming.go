@@ -29,8 +29,12 @@ type Armer interface {
 	// stop, never their release.
 	Arm(lc uint32, victims []uint32, launchOnly bool) error
 	// Settle opens every gate an armed request closed that Gate did not
-	// take over since.
-	Settle() error
+	// take over since, but for those closed too recently to tell (unless
+	// all is set, as when the engine stops): their request's first call
+	// may still be on its way to the engine, which takes them over when
+	// it sees it. pending says some were left closed so; the engine
+	// settles again at its next control tick.
+	Settle(all bool) (pending bool, err error)
 }
 
 // arm brings the arming of every latency-critical process up to date: its
@@ -102,14 +106,16 @@ func (e *Engine) disarmAll() {
 }
 
 // settle opens the gates armed requests closed that the engine does not
-// hold, where anything is or was armed.
-func (e *Engine) settle() {
+// hold, where anything is or was armed (with all, even those closed too
+// recently to tell whether the engine is about to take them over).
+func (e *Engine) settle(all bool) {
 	a, ok := e.enf.(Armer)
 	if !ok || (e.armed == 0 && !e.settlePending) {
 		return
 	}
-	e.settlePending = false
-	if err := a.Settle(); err != nil {
+	pending, err := a.Settle(all)
+	e.settlePending = pending
+	if err != nil {
 		e.st.EnforceErrors++
 		e.record(Decision{GPU: -1, Action: ActionUngate, Reason: "open gates closed by armed requests and not held", Err: err.Error()})
 	}

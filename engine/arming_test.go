@@ -20,7 +20,12 @@ func (a armer) Arm(lc uint32, victims []uint32, launchOnly bool) error {
 	return a.do(fmt.Sprintf("arm %d %v launch-only=%v", lc, victims, launchOnly))
 }
 
-func (a armer) Settle() error { return a.do("settle") }
+func (a armer) Settle(all bool) (bool, error) {
+	if all {
+		return false, a.do("settle all")
+	}
+	return false, a.do("settle")
+}
 
 // only keeps the calls that start with one of prefixes.
 func only(log []string, prefixes ...string) []string {
@@ -60,8 +65,9 @@ func TestArmGateVictims(t *testing.T) {
 		// pid 40 exits: it leaves the arming.
 		"settle", "arm 10 [20] launch-only=false",
 		"gate 20", "suspend 30 gpu0", "ungate 20", "resume 30 gpu0", "settle",
-		// Stopping: disarm, release (nothing held), settle.
-		"arm 10 [] launch-only=false", "settle",
+		// Stopping: disarm, release (nothing held), settle every gate,
+		// however young.
+		"arm 10 [] launch-only=false", "settle all",
 	}
 	if got := only(enf.log, "arm", "gate", "ungate", "suspend", "resume", "settle"); !slices.Equal(got, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", got, want)
@@ -133,6 +139,73 @@ func TestArmFollowsPlans(t *testing.T) {
 	log := only(enf.log, "arm", "gate")
 	if i := slices.Index(log, "arm 10 [] launch-only=false"); i >= 0 && slices.Contains(log[i:], "gate 20") {
 		t.Errorf("gated after the relax: %q", log)
+	}
+}
+
+// pendingArmer is an armer whose Settle leaves young gates closed: it
+// reports them pending for its first pending calls without all.
+type pendingArmer struct {
+	armer
+	pending *int
+}
+
+func (a pendingArmer) Settle(all bool) (bool, error) {
+	_, err := a.armer.Settle(all)
+	if all || *a.pending == 0 {
+		return false, err
+	}
+	*a.pending--
+	return true, err
+}
+
+// TestSettleAgainWhilePending: a settle that left gates closed because
+// they were too young is tried again at each control tick until none is
+// left, even with nothing armed any more; then the ticks leave the gates
+// alone. Gates still young when the engine stops are settled, all of
+// them, as it stops.
+func TestSettleAgainWhilePending(t *testing.T) {
+	evs := []trace.Event{exec(0, 10, "infer"), exec(0, 20, "train"), launch(us, 20), launch(2*us, 10),
+		{Kind: trace.KindExit, PID: 10, TID: 10, Time: 500 * us}}
+	for i := range uint64(8) {
+		evs = append(evs, launch((i+1)*1000*us, 20))
+	}
+	for _, c := range []struct {
+		pending int
+		want    []string // the settles after the disarm
+	}{
+		// The request's end and the exit, then the first tick, find
+		// young gates; the second tick none.
+		{3, []string{"settle", "settle", "settle"}},
+		// Young gates at every tick: settled, however young, at the stop
+		// (checked below).
+		{1000, nil},
+	} {
+		pending := c.pending
+		enf := pendingArmer{armer{supported{calls: &calls{}, gateOnly: map[uint32]string{20: "no channels"}}}, &pending}
+		opts := engine.Options{Classifier: byComm, IdleGap: 100 * time.Microsecond, ControlInterval: time.Millisecond}
+		e, err := engine.New(&events{evs: evs}, enf, &opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Run(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		log := only(enf.log, "arm", "settle")
+		i := slices.Index(log, "arm 10 [] launch-only=false")
+		if i < 0 {
+			t.Fatalf("never disarmed: %q", log)
+		}
+		if c.want == nil {
+			after := log[i+1:]
+			if len(after) < 9 || after[len(after)-1] != "settle all" || slices.Index(after, "settle all") != len(after)-1 ||
+				slices.ContainsFunc(after, func(s string) bool { return s != "settle" && s != "settle all" }) {
+				t.Errorf("young gates at every settle: after the disarm %q, want a settle at each of the 8 ticks at least, then one settle all", after)
+			}
+			continue
+		}
+		if !slices.Equal(log[i+1:], c.want) {
+			t.Errorf("young gates for %d settles: after the disarm %q, want %q", c.pending, log[i+1:], c.want)
+		}
 	}
 }
 

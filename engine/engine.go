@@ -395,6 +395,6 @@ func (e *Engine) ReleaseAll() error {
 	for _, p := range e.procs {
 		errs = append(errs, e.releaseProc(p, "engine stopping"))
 	}
-	e.settle()
+	e.settle(true)
 	return errors.Join(errs...)
 }

@@ -260,7 +260,7 @@ func (e *Engine) control() {
 	}
 	e.feedback()
 	e.arm()
-	e.settle()
+	e.settle(false)
 	e.publish()
 	for _, t := range e.tickers {
 		t.Tick(e.now)

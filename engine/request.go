@@ -212,7 +212,7 @@ func (e *Engine) finish(p *proc) {
 		e.releaseGPU(g)
 	}
 	if len(p.armed) > 0 {
-		e.settle()
+		e.settle(false)
 	}
 }
 

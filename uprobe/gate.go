@@ -186,18 +186,19 @@ func (g *Gate) Gated() ([]GatedProcess, error) {
 func (g *Gate) ReleaseAll() ([]Release, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.openWhere(func(uint32) bool { return true })
+	return g.openWhere(func(uint32, []byte) bool { return true })
 }
 
 // openWhere opens the gate of every process in the map for which which
-// is true, as Ungate does each, going on past failures. g.mu is held.
-func (g *Gate) openWhere(which func(pid uint32) bool) ([]Release, error) {
+// (given the pid and the entry's value) is true, as Ungate does each,
+// going on past failures. g.mu is held.
+func (g *Gate) openWhere(which func(pid uint32, v []byte) bool) ([]Release, error) {
 	var pids []uint32
 	var pid uint32
 	var v []byte
 	it := g.entries.Iterate()
 	for it.Next(&pid, &v) {
-		if which(pid) {
+		if which(pid, v) {
 			pids = append(pids, pid)
 		}
 	}

@@ -1,9 +1,14 @@
 package uprobe
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cilium/ebpf"
 
@@ -77,17 +82,61 @@ func (g *Gate) Arm(lc uint32, victims []uint32, launchOnly bool) error {
 	return nil
 }
 
-// Settle opens every gate that an armed request closed and Gate has not
-// taken over (a gate Gate closed, or found closed, stays closed until
-// Ungate), as Ungate does each. It goes on past failures; the error joins
-// them all.
-func (g *Gate) Settle() ([]Release, error) {
+// DefaultSettleGrace is how young a gate that an armed request closed
+// may be for Settle to leave it closed: the time within which the
+// request's first call reaches the daemon and the engine takes the gate
+// over (under a millisecond where the reader wakes per request, up to its
+// poll period, 10 ms, where it does not), with room for a busy node.
+const DefaultSettleGrace = 20 * time.Millisecond
+
+// Settle opens every gate that an armed request closed at least grace ago
+// and Gate has not taken over (a gate Gate closed, or found closed, stays
+// closed until Ungate), as Ungate does each. A gate closed more recently
+// may belong to a request whose first call has not reached the caller
+// yet, which would take it over on seeing that call: Settle leaves it
+// closed and counts it in young, for a later Settle. It goes on past
+// failures; the error joins them all.
+func (g *Gate) Settle(grace time.Duration) (opened []Release, young int, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.openWhere(func(pid uint32) bool {
-		_, held := g.held[pid]
-		return !held
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		return nil, 0, fmt.Errorf("settle the armed gates: read the monotonic clock: %w", err)
+	}
+	opened, err = g.openWhere(func(pid uint32, v []byte) bool {
+		if _, held := g.held[pid]; held {
+			return false
+		}
+		if at := armedAt(v); at != 0 && armedAge(now.Nano(), at) < grace {
+			young++
+			return false
+		}
+		return true
 	})
+	return opened, young, err
+}
+
+// armedAt returns when an armed request closed a gate, from the entry's
+// value (bpf/cuda.c, gate_entry.armed_at): 0 where the daemon closed it.
+func armedAt(v []byte) uint32 {
+	if len(v) < 16 {
+		return 0
+	}
+	return binary.NativeEndian.Uint32(v[12:])
+}
+
+// armedAge is how long ago, at now (CLOCK_MONOTONIC, ns), an armed
+// request closed a gate whose armed_at is at. The clock's 1,024 ns units
+// are truncated to 32 bits, so the difference is taken modulo 2^32 (73
+// minutes: a gate left closed that long reads young for a grace period
+// once, and is opened at a later Settle); at's lowest bit, set to keep it
+// nonzero, may put it one unit ahead of the clock, which is no age.
+func armedAge(now int64, at uint32) time.Duration {
+	d := uint32(uint64(now)>>10) - at
+	if d == math.MaxUint32 {
+		d = 0
+	}
+	return time.Duration(d) << 10
 }
 
 // ArmedCloses returns how many gates armed requests closed, over every

@@ -34,8 +34,9 @@ func armedPair(t *testing.T, gap time.Duration) (be uint32, lc *proc, o *Options
 // TestArmedRequestClosesGate: arming alone stops nothing; the launch that
 // opens a request of the armed process stops its victim, a launch within
 // the request does not close a gate Settle opened; Settle opens a gate
-// Gate did not take over and keeps one it did; a launch-only arming
-// ignores copies; disarming, and the process's exit, end it.
+// Gate did not take over once it is older than the grace, and keeps one
+// Gate took over; a launch-only arming ignores copies; disarming, and the
+// process's exit, end it.
 func TestArmedRequestClosesGate(t *testing.T) {
 	const gap = 300 * time.Millisecond
 	be, lc, o := armedPair(t, gap)
@@ -57,7 +58,7 @@ func TestArmedRequestClosesGate(t *testing.T) {
 	}
 	settle := func(want int) {
 		t.Helper()
-		rel, err := g.Settle()
+		rel, _, err := g.Settle(0)
 		if err != nil || len(rel) != want {
 			t.Fatalf("Settle: %+v, %v; want %d released", rel, err, want)
 		}
@@ -87,8 +88,22 @@ func TestArmedRequestClosesGate(t *testing.T) {
 	if s := tr.Stats(); s.GateArmedCloses != 1 || s.GateSignals != 1 {
 		t.Errorf("after one armed request: %d armed closes, %d signals; want 1 and 1", s.GateArmedCloses, s.GateSignals)
 	}
-	// Nobody took it over: Settle opens it.
-	settle(1)
+	// The kernel noted when it closed the gate, and the probe that
+	// stopped the victim kept it: a Settle with a grace longer than the
+	// gate's age leaves it closed, for a request whose first call may
+	// still be on its way.
+	var entry bpf.CudaGateEntry
+	if err := tr.objs.maps.LaunchGate.Lookup(be, &entry); err != nil || entry.ArmedAt == 0 || entry.Stopped != 1 {
+		t.Fatalf("gate entry %+v (%v): want it marked closed by an armed request, and stopped", entry, err)
+	}
+	if rel, young, err := g.Settle(time.Hour); err != nil || len(rel) != 0 || young != 1 {
+		t.Fatalf("Settle(1h) right after the request: %+v, %d young, %v; want nothing opened, 1 young", rel, young, err)
+	}
+	staysState(t, be, true, 50*time.Millisecond, "young, after Settle")
+	// Nobody took it over: once older than the grace, Settle opens it.
+	if rel, young, err := g.Settle(40 * time.Millisecond); err != nil || len(rel) != 1 || young != 0 {
+		t.Fatalf("Settle(40ms) 50 ms after the request: %+v, %d young, %v; want it opened", rel, young, err)
+	}
 	waitState(t, be, false, "settled")
 	// A launch within the request's gap opens no request.
 	call("launch")
@@ -228,5 +243,26 @@ func TestUngateForgetsExited(t *testing.T) {
 	}
 	if _, held := g.held[be]; held {
 		t.Errorf("pid %d still held after Ungate of the exited process", be)
+	}
+}
+
+// TestArmedAge: the age of an armed closure from the kernel's truncated
+// 1,024 ns units, across the 32-bit wrap and with the stamp's lowest bit
+// a unit ahead of the clock.
+func TestArmedAge(t *testing.T) {
+	const unit = 1024
+	for _, c := range []struct {
+		now  int64
+		at   uint32
+		want time.Duration
+	}{
+		{now: 1000 * unit, at: 1000 | 1, want: 0}, // 1001: a unit ahead of the clock
+		{now: 5000 * unit, at: 1001, want: 3999 * unit},
+		{now: (1<<32 + 10) * unit, at: 1<<32 - 9, want: 19 * unit}, // across the wrap
+		{now: (1<<33 + 2) * unit, at: 1, want: unit},               // 146 minutes on, it reads young once more
+	} {
+		if got := armedAge(c.now, c.at); got != c.want {
+			t.Errorf("armedAge(%d, %d) = %v, want %v", c.now, c.at, got, c.want)
+		}
 	}
 }

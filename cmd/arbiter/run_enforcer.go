@@ -96,10 +96,15 @@ func (l *liveEnforcer) Arm(lc uint32, victims []uint32, launchOnly bool) error {
 	return l.gate.Arm(lc, victims, launchOnly)
 }
 
-// Settle implements engine.Armer.
-func (l *liveEnforcer) Settle() error {
-	_, err := l.gate.Settle()
-	return err
+// Settle implements engine.Armer: but with all, a gate closed within
+// uprobe.DefaultSettleGrace stays closed for the engine to take over.
+func (l *liveEnforcer) Settle(all bool) (pending bool, err error) {
+	grace := uprobe.DefaultSettleGrace
+	if all {
+		grace = 0
+	}
+	_, young, err := l.gate.Settle(grace)
+	return young > 0, err
 }
 
 // Expedite implements engine.Expediter: the tracer's probes wake its
