@@ -54,9 +54,10 @@ type Gate struct {
 	signals  *ebpf.Map // nil for a gate opened from its pin
 	armed    *ebpf.Map // gate_armed; nil for a gate opened from its pin
 	procRoot string
-	// probed says whether pid's launch probes are attached; nil where no
-	// tracer is behind the gate (OpenGate), which then only releases.
-	probed func(pid uint32) error
+	// probed says whether the launch probes of pid, the process that
+	// started at start (clock ticks after boot), are attached; nil where
+	// no tracer is behind the gate (OpenGate), which then only releases.
+	probed func(pid uint32, start uint64) error
 
 	mu      sync.Mutex // serializes Gate, Ungate, Arm, Settle and ReleaseAll
 	barrier *probeBarrier
@@ -91,7 +92,7 @@ type Release struct {
 }
 
 // newGate returns the gate on a tracer's loaded maps.
-func newGate(entries, signals, armed *ebpf.Map, procRoot string, probed func(uint32) error) *Gate {
+func newGate(entries, signals, armed *ebpf.Map, procRoot string, probed func(pid uint32, start uint64) error) *Gate {
 	return &Gate{entries: entries, signals: signals, armed: armed, procRoot: procRoot, probed: probed, held: map[uint32]struct{}{}}
 }
 
@@ -123,7 +124,7 @@ func (g *Gate) Gate(pid uint32) error {
 	if err != nil {
 		return fmt.Errorf("gate process %d: %w", pid, err)
 	}
-	if err := g.probed(pid); err != nil {
+	if err := g.probed(pid, start); err != nil {
 		return fmt.Errorf("gate process %d: %w", pid, err)
 	}
 	g.mu.Lock()

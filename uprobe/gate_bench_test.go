@@ -55,3 +55,40 @@ func BenchmarkGateCost(b *testing.B) {
 	b.ReportMetric(gl-nl, "gate-ns")
 	b.Logf("launch ns/call: unprobed %.0f, probe without gate %.0f, probe with gate %.0f", bl, nl, gl)
 }
+
+// BenchmarkGateRoundTrip measures what the engine's loop pays to hold one
+// gate-level victim for a request: Gate then Ungate of a running process
+// that launches nothing meanwhile (so that nothing is stopped), as the
+// daemon calls them, through a tracer with the process's launch probes
+// attached.
+func BenchmarkGateRoundTrip(b *testing.B) {
+	r := newRig(b)
+	p := r.start(b, nil, false, "serve")
+	if l := p.line(b); l != "ready" {
+		b.Fatalf("exerciser said %q", l)
+	}
+	r.expose(b, int(p.pid))
+	o := r.options()
+	o.PIDs = []uint32{p.pid}
+	tr, err := Open(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wait := drain(tr)
+	defer func() {
+		if err := tr.Close(); err != nil {
+			b.Error(err)
+		}
+		wait()
+	}()
+	g := tr.Gate()
+	b.ResetTimer()
+	for range b.N {
+		if err := g.Gate(p.pid); err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Ungate(p.pid); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -299,6 +299,59 @@ func TestGateRefusesUnprobed(t *testing.T) {
 	}
 }
 
+// TestLaunchProbedVerdict: the gate's check that a process's launch
+// probes are attached reads its memory map once, and then trusts the
+// verdict only for the same process (start time), while no library was
+// attached or detached, and for at most probedTTL; a failed check is
+// never kept.
+func TestLaunchProbedVerdict(t *testing.T) {
+	r := newRig(t)
+	pid := startTrain(t, r)
+	start, err := procStart("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := r.options()
+	o.PIDs = []uint32{pid}
+	tr := openTracer(t, o)
+	link := filepath.Join(r.procRoot, strconv.FormatUint(uint64(pid), 10))
+	hide := func() {
+		if err := os.Remove(link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(start uint64, ok bool, what string) {
+		t.Helper()
+		if err := tr.launchProbedAt(pid, start); (err == nil) != ok {
+			t.Errorf("%s: %v, want ok=%v", what, err, ok)
+		}
+	}
+
+	check(start, true, "first check")
+	hide() // LaunchProbed would now find no memory map
+	check(start, true, "the same process again, from the verdict")
+	check(start+1, false, "another process with the pid")
+	check(start, false, "after a failed check")
+
+	r.expose(t, int(pid))
+	check(start, true, "exposed again")
+	hide()
+	tr.mu.Lock()
+	tr.libGen++
+	tr.mu.Unlock()
+	check(start, false, "after a library change")
+
+	r.expose(t, int(pid))
+	check(start, true, "exposed again")
+	hide()
+	tr.mu.Lock()
+	v := tr.probed[pid]
+	v.at = v.at.Add(-probedTTL)
+	tr.probed[pid] = v
+	tr.mu.Unlock()
+	check(start, false, "a verdict older than probedTTL")
+}
+
 // mountBPFFS mounts a private BPF filesystem for the test (the tests run
 // in a mount namespace of their own, see TestMain).
 func mountBPFFS(t *testing.T) string {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -49,6 +50,61 @@ func (t *Tracer) LaunchProbed(pid uint32) error {
 			return fmt.Errorf("process %d maps %s, which exports no launch function the tracer probes", pid, m.path)
 		}
 	}
+	return nil
+}
+
+// probedVerdict remembers that a process's launch probes were found
+// attached (LaunchProbed): it holds while the process is the one that
+// started at start, no library was attached or detached since (gen), and
+// for at most probedTTL after at.
+type probedVerdict struct {
+	start uint64
+	gen   uint64
+	at    time.Time
+}
+
+const (
+	// probedTTL bounds how long a verdict holds without a library change:
+	// a process that maps one more libcuda (dlopen of another copy) is
+	// checked again within it even before a rescan attaches the library.
+	probedTTL = time.Second
+	// maxProbedVerdicts bounds the verdicts kept (exited processes' are
+	// never asked for again): past it they are all dropped.
+	maxProbedVerdicts = 4096
+)
+
+// launchProbedAt is LaunchProbed for the gate, which asks it at every
+// Gate, once per victim and request, on the engine's loop: LaunchProbed
+// reads the process's memory map, thousands of lines in a process that
+// loads a framework (milliseconds), so a verdict that the probes are
+// attached is kept (see probedVerdict) for the process that started at
+// start (clock ticks after boot, as Gate read it).
+func (t *Tracer) launchProbedAt(pid uint32, start uint64) error {
+	t.mu.Lock()
+	v, ok := t.probed[pid]
+	gen, closed := t.libGen, t.closed
+	t.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if ok && v.start == start && v.gen == gen && time.Since(v.at) < probedTTL {
+		if p := t.plan(); len(p.pids) == 0 || slices.Contains(p.pids, pid) {
+			return nil
+		}
+	}
+	err := t.LaunchProbed(pid)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		delete(t.probed, pid)
+		return err
+	}
+	if len(t.probed) >= maxProbedVerdicts {
+		clear(t.probed)
+	}
+	// gen was read before the check: a library attached or detached
+	// meanwhile makes the next Gate check again.
+	t.probed[pid] = probedVerdict{start: start, gen: gen, at: time.Now()}
 	return nil
 }
 

@@ -205,11 +205,13 @@ type Tracer struct {
 	events       atomic.Uint64
 	decodeErrors atomic.Uint64
 
-	mu        sync.Mutex // guards libraries, scanErr and closed
+	mu        sync.Mutex // guards libraries, scanErr, closed, libGen and probed
 	libraries map[fileID]*attachedLibrary
 	scanErr   error
 	closed    bool   // no attaching once set
 	seq       uint64 // attach order of libraries
+	libGen    uint64 // counts changes to libraries (attach and detach)
+	probed    map[uint32]probedVerdict
 
 	expMu     sync.Mutex // guards expedited
 	expedited map[uint32]struct{}
@@ -278,11 +280,11 @@ func Open(opts *Options) (*Tracer, error) {
 		return nil, err
 	}
 	t := &Tracer{opts: o, done: make(chan struct{}), libraries: map[fileID]*attachedLibrary{}, expedited: map[uint32]struct{}{},
-		flush: flushes{served: make(chan struct{})}}
+		probed: map[uint32]probedVerdict{}, flush: flushes{served: make(chan struct{})}}
 	if t.objs, err = load(spec, o.singleProbes, loadOpts); err != nil {
 		return nil, err
 	}
-	t.gate = newGate(t.objs.maps.LaunchGate, t.objs.maps.GateSignals, t.objs.maps.GateArmed, o.ProcRoot, t.LaunchProbed)
+	t.gate = newGate(t.objs.maps.LaunchGate, t.objs.maps.GateSignals, t.objs.maps.GateArmed, o.ProcRoot, t.launchProbedAt)
 	fail := func(err error) (*Tracer, error) {
 		return nil, errors.Join(err, t.Close())
 	}
@@ -448,11 +450,13 @@ func (t *Tracer) rescan() error {
 		t.seq++
 		l.seq = t.seq
 		t.libraries[c.id] = l
+		t.libGen++
 	}
 	for id, l := range t.libraries {
 		if !present[id] {
 			warns = append(warns, l.close())
 			delete(t.libraries, id)
+			t.libGen++
 		}
 	}
 	t.scanErr = errors.Join(warns...)
@@ -529,6 +533,7 @@ func (t *Tracer) scanProcess(pid uint32) {
 		t.seq++
 		l.seq = t.seq
 		t.libraries[c.id] = l
+		t.libGen++
 	}
 }
 
