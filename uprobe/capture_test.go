@@ -223,7 +223,7 @@ func TestIFunc(t *testing.T) {
 	lib, prog := filepath.Join(dir, "libcuda.so.1"), filepath.Join(dir, "ifunc")
 	for _, args := range [][]string{
 		{"-shared", "-fPIC", "-O2", "-fcf-protection=full", "-fno-omit-frame-pointer", "-DLIB", "-Wl,-soname,libcuda.so.1", "-o", lib, "testdata/ifunc.c"},
-		{"-O2", "-o", prog, "testdata/ifunc.c", lib, "-Wl,-rpath," + dir},
+		{"-O2", "-Wl,-z,lazy", "-o", prog, "testdata/ifunc.c", lib, "-Wl,-rpath," + dir},
 	} {
 		if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 			t.Fatalf("gcc %v: %v\n%s", args, err, out)
@@ -243,7 +243,10 @@ func TestIFunc(t *testing.T) {
 	}
 	const n = 50
 	p := startCmd(t, exec.Command(prog, strconv.Itoa(n)), nil, false)
+	// Visible before it resolves: a resolver's return from a process the
+	// tracer cannot see is dropped as from one that has gone.
 	r.expose(t, int(p.pid))
+	p.send(t, "resolve")
 	if l := p.line(t); l != "resolved" {
 		t.Fatalf("program said %q", l)
 	}

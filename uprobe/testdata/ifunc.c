@@ -2,10 +2,11 @@
  * ifunc: a library whose cuLaunchKernel is a GNU indirect function (built
  * with -DLIB as libcuda.so.1), and a program that calls it (built without).
  *
- * The program calls cuLaunchKernel once, which makes the dynamic linker run
- * the resolver (at load with BIND_NOW, else at that first call), prints
- * "resolved", waits for a line on stdin and then makes N calls with
- * arguments derived from the call index as exercise.c does.
+ * The program waits for a line on stdin (so that the test can make it
+ * visible to the tracer first), calls cuLaunchKernel once, which makes the
+ * dynamic linker run the resolver (at that first call: the test links it
+ * with -z lazy), prints "resolved", waits for another line and then makes N
+ * calls with arguments derived from the call index as exercise.c does.
  *
  * SPDX-License-Identifier: Apache-2.0
  */
@@ -48,6 +49,8 @@ int main(int argc, char **argv)
 {
 	char line[16];
 	unsigned long long n = argc > 1 ? strtoull(argv[1], NULL, 10) : 0;
+	if (fgets(line, sizeof line, stdin) == NULL)
+		return 3;
 	cuLaunchKernel(NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL);
 	printf("resolved\n");
 	fflush(stdout);
