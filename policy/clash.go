@@ -66,3 +66,43 @@ func andList(names []string) string {
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
+
+// annotationClash returns a diagnostic for each package whose METADATA
+// block of scope package (or subpackages) appears in more than one file:
+// OPA allows one per package and reports only "package annotation
+// redeclared". The usual cause is a copy of a policy file left in its
+// directory (policy.rego and a backup of it), which a directory, read
+// whole, loads too. nil where there is none.
+func annotationClash(mods map[string]*ast.Module) []Diagnostic {
+	type key struct{ scope, pkg string }
+	first := map[key]*ast.Location{}
+	files := make([]string, 0, len(mods))
+	for f := range mods {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	var out []Diagnostic
+	for _, f := range files {
+		for _, a := range mods[f].Annotations {
+			if a.Scope != "package" && a.Scope != "subpackages" {
+				continue
+			}
+			k := key{a.Scope, mods[f].Package.Path.String()}
+			prev, ok := first[k]
+			if !ok {
+				first[k] = a.Location
+				continue
+			}
+			loc := a.Location
+			if loc == nil {
+				loc = &ast.Location{File: f}
+			}
+			out = append(out, Diagnostic{Code: CodeLoad, File: loc.File, Row: loc.Row, Col: loc.Col, Message: fmt.Sprintf(
+				"a second METADATA block of scope %s for package %s (the first is in %s): OPA allows one per package "+
+					"(it says \"%s annotation redeclared\"). Keep it in one file; if one of the two files is a copy left "+
+					"in the policy's directory, remove the copy: the directory is read whole, with every subdirectory",
+				k.scope, strings.TrimPrefix(k.pkg, "data."), prev.File, k.scope)})
+		}
+	}
+	return out
+}

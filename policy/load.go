@@ -88,7 +88,7 @@ func Read(path string, opts *Options) (*Source, error) {
 		return nil, fmt.Errorf("read policy: %w", err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("read policy %s: not a directory or a .tar.gz bundle", path)
+		return nil, fmt.Errorf("read policy %s: a file, not a policy: a policy is a directory, read with every subdirectory, or an OPA bundle (.tar.gz); give the directory that holds it, %s", path, filepath.Dir(path))
 	}
 	return ReadFS(os.DirFS(path), path, &o)
 }
@@ -182,6 +182,9 @@ func parseFiles(name string, files map[string][]byte, revision string, o Options
 		return nil, &Error{Source: name, Diagnostics: []Diagnostic{{Code: CodeLoad, File: name, Message: "no .rego files found"}}}
 	}
 	if diags := severalPolicies(name, src.Modules); diags != nil {
+		return nil, &Error{Source: name, Revision: sum, Diagnostics: diags}
+	}
+	if diags := annotationClash(src.Modules); diags != nil {
 		return nil, &Error{Source: name, Revision: sum, Diagnostics: diags}
 	}
 	src.Revision = revision

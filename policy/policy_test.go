@@ -323,6 +323,36 @@ func writeBundle(t *testing.T, path string, files map[string]string) {
 	}
 }
 
+// TestCopiedPolicyFile: a copy of a policy file left in its directory
+// repeats its package METADATA block, which OPA reports only as "package
+// annotation redeclared"; the loader names both files and the likely
+// cause. The helper library alone, and a single file, given where a
+// policy is expected, say what they are.
+func TestCopiedPolicyFile(t *testing.T) {
+	one := "# METADATA\n# title: a policy\n" + header + "classify := default_decision\n"
+	dir := writeDir(t, map[string]string{"policy.rego": one, "policy-copy.rego": one})
+	_, err := Load(context.Background(), dir, nil)
+	diags := Diagnostics(err)
+	if len(diags) != 1 || diags[0].File != filepath.Join(dir, "policy.rego") || diags[0].Row != 1 ||
+		!strings.Contains(diags[0].Message, "a second METADATA block of scope package for package arbiter (the first is in "+filepath.Join(dir, "policy-copy.rego")+")") ||
+		!strings.Contains(diags[0].Message, "remove the copy") {
+		t.Fatalf("%v", err)
+	}
+
+	lib := writeDir(t, map[string]string{"lib.rego": "package arbiter.lib\n\nx := 1\n"})
+	_, err = Load(context.Background(), lib, nil)
+	if diags := Diagnostics(err); len(diags) != 1 || diags[0].Code != CodeEntrypoint ||
+		!strings.Contains(diags[0].Message, "these files are the helper library (package arbiter.lib), not a policy") {
+		t.Fatalf("the library alone: %v", err)
+	}
+
+	file := filepath.Join(dir, "policy.rego")
+	if _, err := Load(context.Background(), file, nil); err == nil ||
+		!strings.Contains(err.Error(), "a file, not a policy") || !strings.HasSuffix(err.Error(), "give the directory that holds it, "+dir) {
+		t.Fatalf("a single file: %v", err)
+	}
+}
+
 // TestSeveralPoliciesInOneDirectory: a directory of policy directories
 // (the repository's rego/) is one policy to the loader; the error says so
 // and names each policy's files instead of OPA's "package annotation

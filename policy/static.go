@@ -22,6 +22,13 @@ func (p *Policy) checkEntrypoints() []Diagnostic {
 				Message: fmt.Sprintf("no rule data.arbiter.%s: a policy defines classify and default_decision in package arbiter", e)})
 		}
 	}
+	if len(diags) == 2 && definesPackage(p.src.Modules, libPackage) && !definesPackage(p.src.Modules, "data.arbiter") {
+		// Only the helper library (rego/lib), given where a policy was
+		// expected.
+		diags = []Diagnostic{{Code: CodeEntrypoint, File: p.src.Name, Message: "no rule data.arbiter.classify or " +
+			"data.arbiter.default_decision: these files are the helper library (package arbiter.lib), not a policy; " +
+			"a policy defines both rules in package arbiter (see rego/default) and gets the library with it"}}
+	}
 	for _, x := range []struct {
 		entry  string
 		schema *schema.Schema

@@ -119,7 +119,7 @@ json, one policy gives one object and several give an array of them.`,
 			for _, path := range args {
 				res := policyCheck(cmd.Context(), path, opts)
 				if !res.OK {
-					failed = append(failed, fmt.Sprintf("%s has %d errors", path, len(res.Errors)))
+					failed = append(failed, fmt.Sprintf("%s has %s", path, counted(len(res.Errors), "error", "errors")))
 				}
 				if format == "json" {
 					results = append(results, res)
@@ -201,7 +201,7 @@ func (r *policyCheckResult) writeHuman(out io.Writer) error {
 }
 
 // filesText counts the policy's own files and names its library apart:
-// "2 files (1 test) + the embedded library arbiter.lib".
+// "2 files (1 test file) + the embedded library arbiter.lib".
 func (r *policyCheckResult) filesText() string {
 	tests := 0
 	for _, f := range r.Files {
@@ -217,9 +217,9 @@ func (r *policyCheckResult) filesText() string {
 	switch tests {
 	case 0:
 	case 1:
-		b.WriteString(" (1 test)")
+		b.WriteString(" (1 test file)")
 	default:
-		fmt.Fprintf(&b, " (%d tests)", tests)
+		fmt.Fprintf(&b, " (%d test files)", tests)
 	}
 	switch policy.LibraryOrigin(r.Library) {
 	case policy.LibraryEmbedded:
@@ -290,7 +290,7 @@ func policyReport(out io.Writer, format, name string, err error) error {
 			fmt.Fprintln(out, d)
 		}
 	}
-	return &policyExit{1, fmt.Errorf("policy %s has %d errors", name, len(diags))}
+	return &policyExit{1, fmt.Errorf("policy %s has %s", name, counted(len(diags), "error", "errors"))}
 }
 
 func policyPrintTests(out io.Writer, rep *policy.TestReport, verbose bool) {

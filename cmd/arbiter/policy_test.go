@@ -103,7 +103,7 @@ func TestPolicyTestFailures(t *testing.T) {
 
 func TestPolicyCheck(t *testing.T) {
 	out, code := runPolicy(t, "", "check", "../../rego/default")
-	if code != 0 || !strings.HasPrefix(out, "ok: ../../rego/default revision ") || !strings.Contains(out, `, 2 files (1 test) + the embedded library arbiter.lib, default class "best-effort", victims rule, evaluated by its compiled plan`) {
+	if code != 0 || !strings.HasPrefix(out, "ok: ../../rego/default revision ") || !strings.Contains(out, `, 2 files (1 test file) + the embedded library arbiter.lib, default class "best-effort", victims rule, evaluated by its compiled plan`) {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
 	out, code = runPolicy(t, "", "check", "--evaluator", "topdown", "../../rego/default")

@@ -239,7 +239,8 @@ func writeStatus(w io.Writer, st web.StatusView) error {
 	}
 	fmt.Fprintf(w, "arbiter %s on %s: %s, up %s\n", st.Version, printable(st.Node.Hostname), ready, time.Duration(st.UptimeSeconds*1e9).Round(time.Second))
 	if st.Policy != nil {
-		fmt.Fprintf(w, "policy: revision %s (%d files), %d reloads, %d rejected\n", st.Policy.Revision, len(st.Policy.Files), st.Policy.Reloads, st.Policy.Rejected)
+		fmt.Fprintf(w, "policy: revision %s (%s), %s, %d rejected\n", st.Policy.Revision, counted(len(st.Policy.Files), "file", "files"),
+			counted(int(st.Policy.Reloads), "reload", "reloads"), st.Policy.Rejected)
 		if b := st.Policy.Bundle; b != nil {
 			writeBundle(w, b)
 		}
@@ -275,7 +276,10 @@ func writeStatus(w io.Writer, st web.StatusView) error {
 		fmt.Fprintf(w, "  %-20s %s\n", printable(k), strings.Join(parts, ", "))
 	}
 	e := st.Engine
-	_, err := fmt.Fprintf(w, "engine: %d events, %d requests, %d suspends, %d gates, %d enforcement errors, %d preemptions recorded\n",
-		e.Events, e.Requests, e.Suspends, e.Gates, e.EnforceErrors, st.PreemptionsTotal)
+	_, err := fmt.Fprintf(w, "engine: %s, %s, %s, %s, %s, %s recorded\n",
+		counted(int(e.Events), "event", "events"), counted(int(e.Requests), "request", "requests"),
+		counted(int(e.Suspends), "suspend", "suspends"), counted(int(e.Gates), "gate", "gates"),
+		counted(int(e.EnforceErrors), "enforcement error", "enforcement errors"),
+		counted(int(st.PreemptionsTotal), "preemption", "preemptions"))
 	return err
 }
