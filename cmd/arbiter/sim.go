@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -80,8 +81,24 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if f.format != "table" && f.format != "json" {
 		return fmt.Errorf("--format %q: want table or json", f.format)
 	}
-	if f.duration < 0 || f.window < 0 {
-		return errors.New("--duration and --timeline-window must not be negative")
+	if f.duration < 0 {
+		return fmt.Errorf("--duration %v: must not be negative", f.duration)
+	}
+	if f.window < 0 {
+		return fmt.Errorf("--timeline-window %v: must not be negative", f.window)
+	}
+	var names []string
+	for _, n := range strings.Split(f.baselines, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	// Checked before the spec, so that a mistyped flag is not preceded by
+	// the spec's warnings.
+	for _, n := range names {
+		if !slices.Contains(whatif.Names(), n) && n != whatif.Arbiter {
+			return fmt.Errorf("--baselines: unknown baseline %q (known: %s)", n, strings.Join(whatif.Names(), ", "))
+		}
 	}
 	if f.out != "" {
 		if err := checkOutDir(f.out); err != nil {
@@ -107,12 +124,6 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if dur == 0 {
 		dur = time.Minute
 	}
-	var names []string
-	for _, n := range strings.Split(f.baselines, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			names = append(names, n)
-		}
-	}
 	if f.policy != "" {
 		names = append(names, whatif.Arbiter)
 	}
@@ -130,6 +141,12 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	}
 	stderr := cmd.ErrOrStderr()
 	if !f.quiet {
+		if cmd.Flags().Changed("duration") && f.duration == 0 {
+			fmt.Fprintf(stderr, "warning: --duration 0 means the default: each run simulates %v (the spec's duration, else 1m); give a positive duration for another\n", dur)
+		}
+		if f.out != "" && f.window == 0 {
+			fmt.Fprintln(stderr, "warning: --timeline-window 0: timeline.svg shows no timeline; give a positive window (the default is 50ms)")
+		}
 		for _, w := range file.Warnings {
 			fmt.Fprintln(stderr, "warning:", w)
 		}

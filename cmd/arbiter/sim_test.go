@@ -87,6 +87,44 @@ func TestSimCommandErrors(t *testing.T) {
 	}
 }
 
+// TestSimCommandFlagWarnings: a 0 that means the default where 0 was
+// likely meant, and a mistyped baseline, are said before anything else;
+// negative durations name their flag.
+func TestSimCommandFlagWarnings(t *testing.T) {
+	spec := filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml")
+	overload := filepath.Join(t.TempDir(), "overload.yaml")
+	if err := os.WriteFile(overload, []byte("gpus: 1\nlc:\n  - name: a\n    gpu: 0\n    arrival: {process: poisson, rate: 50000}\n"+
+		"    request:\n      - kernel: {count: 10, duration: 1ms}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := newSimCmd()
+		var errOut bytes.Buffer
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&errOut)
+		cmd.SetArgs(args)
+		err := cmd.ExecuteContext(t.Context())
+		return errOut.String(), err
+	}
+	stderr, err := run("--workload", spec, "--duration", "0", "--baselines", "exclusive")
+	if err != nil || !strings.Contains(stderr, "warning: --duration 0 means the default: each run simulates 1m0s") {
+		t.Errorf("--duration 0: %v, stderr %q", err, stderr)
+	}
+	stderr, err = run("--workload", spec, "--duration", "100ms", "--baselines", "exclusive", "--timeline-window", "0", "--out", t.TempDir())
+	if err != nil || !strings.Contains(stderr, "warning: --timeline-window 0: timeline.svg shows no timeline") {
+		t.Errorf("--timeline-window 0: %v, stderr %q", err, stderr)
+	}
+	stderr, err = run("--workload", overload, "--duration", "1s", "--baselines", "exclusive,fifo")
+	if err == nil || !strings.Contains(err.Error(), `--baselines: unknown baseline "fifo"`) || strings.Contains(stderr, "warning") {
+		t.Errorf("a mistyped baseline: %v, stderr %q (want the error, no warning)", err, stderr)
+	}
+	for _, c := range [][]string{{"--duration", "-1s"}, {"--timeline-window", "-1s"}} {
+		if _, err := run(append([]string{"--workload", spec}, c...)...); err == nil || !strings.HasPrefix(err.Error(), c[0]+" -1s: must not be negative") {
+			t.Errorf("%v: %v", c, err)
+		}
+	}
+}
+
 // TestSimCommandInterrupted: a cancelled run (Ctrl-C) stops with exit
 // status 130 and a short message, and writes no output files.
 func TestSimCommandInterrupted(t *testing.T) {

@@ -37,7 +37,11 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 	u := unitFor(float64(max(window, 1)))
 	c.text(10, 24, "start", fmt.Sprintf("GPU timeline: what each compute engine ran, first %s %s", u.label(float64(window)), u.name),
 		14, ` font-weight="bold"`)
-	if len(rows) == 0 || window == 0 {
+	if window == 0 {
+		c.text(10, 50, "start", "no timeline recorded (the timeline window is 0)", fontSize, "")
+		return c.writeTo(w)
+	}
+	if len(rows) == 0 {
 		c.text(10, 50, "start", "no timeline recorded (exclusive runs each workload alone)", fontSize, "")
 		return c.writeTo(w)
 	}

@@ -3,6 +3,7 @@ package workload
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -59,9 +60,16 @@ type File struct {
 	Warnings []string
 }
 
-// Load reads, checks and validates a spec file.
+// Load reads, checks and validates a spec file. It reads at most one byte
+// more than a spec may hold, so that a huge file, a device or a pipe that
+// never ends is refused instead of filling memory.
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read workload: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSpecBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read workload: %w", err)
 	}
@@ -72,17 +80,18 @@ func Load(path string) (*File, error) {
 // and to resolve relative file names.
 func Parse(data []byte, name string) (*File, error) {
 	if len(data) > maxSpecBytes {
-		return nil, &FieldError{File: name, Msg: fmt.Sprintf("spec is %d bytes, more than %d", len(data), maxSpecBytes)}
+		if msg := binaryAt(data[:64<<10], true); msg != "" {
+			return nil, &FieldError{File: name, Msg: msg}
+		}
+		return nil, &FieldError{File: name, Msg: fmt.Sprintf("more than %d bytes (8 MiB): a workload spec is a small YAML or JSON text; "+
+			"recorded calls go in a trace file that the spec's replay section names", maxSpecBytes)}
 	}
 	if IsTrace(data) {
 		return nil, &FieldError{File: name, Msg: "this is a trace recorded by arbiter trace --record, not a workload spec: " +
 			"replay it from a spec's replay section (docs/simulator.md, \"Replaying a recorded trace\")"}
 	}
-	if off := bytes.IndexByte(data, 0); off >= 0 || !utf8.Valid(data) {
-		if off < 0 {
-			off = invalidUTF8At(data)
-		}
-		return nil, &FieldError{File: name, Msg: fmt.Sprintf("not a text file (binary data at byte offset %d): a workload spec is YAML or JSON text", off)}
+	if msg := binaryAt(data, false); msg != "" {
+		return nil, &FieldError{File: name, Msg: msg}
 	}
 	var root yamlv3.Node
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
@@ -292,6 +301,23 @@ func lastName(path string) string {
 }
 
 // invalidUTF8At finds the first byte that is not valid UTF-8.
+// binaryAt says where data stops being text (a NUL byte or invalid
+// UTF-8), or "" where it is text throughout. With head (data is the start
+// of a longer file), a multi-byte character cut at data's end is text.
+func binaryAt(data []byte, head bool) string {
+	off := bytes.IndexByte(data, 0)
+	if off < 0 {
+		if utf8.Valid(data) {
+			return ""
+		}
+		off = invalidUTF8At(data)
+		if head && len(data)-off < utf8.UTFMax && !utf8.FullRune(data[off:]) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("not a text file (binary data at byte offset %d): a workload spec is YAML or JSON text", off)
+}
+
 func invalidUTF8At(b []byte) int {
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])

@@ -1,8 +1,11 @@
 package workload
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -198,6 +201,32 @@ func TestLoadWarnings(t *testing.T) {
 	f, _ = Parse([]byte(spec(50)), "w.yaml")
 	if w := LoadWarnings(f, time.Hour); len(w) != 0 {
 		t.Errorf("feasible load warned: %q", w)
+	}
+}
+
+// TestLoadBounded: Load reads no more than a spec may hold, so a device
+// that never ends, or a huge file, is refused at once, as binary data
+// where its head is binary.
+func TestLoadBounded(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("# a comment line\n"), maxSpecBytes/16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{"/dev/zero", "/dev/zero: not a text file (binary data at byte offset 0)"},
+		{big, big + ": more than 8388608 bytes (8 MiB): a workload spec is a small YAML or JSON text"},
+	} {
+		_, err := Load(c.path)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Load(%s): %v, want %q", c.path, err, c.want)
+		}
+	}
+	// Past the limit, a multi-byte character cut at the end of the head
+	// looked at is text, not binary.
+	long := append(bytes.Repeat([]byte("#"), 64<<10-1), "é"...)
+	long = append(long, bytes.Repeat([]byte("#"), maxSpecBytes)...)
+	if _, err := Parse(long, "long.yaml"); err == nil || !strings.Contains(err.Error(), "more than 8388608 bytes") {
+		t.Errorf("long text with a character across the head's end: %v", err)
 	}
 }
 
