@@ -47,7 +47,8 @@ func newChannelsCmdWith(o *channelsOptions) *cobra.Command {
 		Long: `Channels shows and controls the GPU channel groups (TSGs) of CUDA processes
 through the NVIDIA driver's own Resource Manager controls, on a stock driver
 and with no change to the applications: timeslice, interleave level, suspend
-(scheduling disabled and preempted off the GPU) and resume.
+(scheduling disabled and preempted off the GPU) and resume. With no command
+it lists them, as "channels list" does.
 
 Arbiter learns each process's RM handles by tracing its allocation ioctls on
 /dev/nvidiactl with eBPF; the driver offers no way to list them. So a process
@@ -66,6 +67,7 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
   sudo arbiter channels resume 4242`,
 	}
 	p := cmd.PersistentFlags()
+	p.StringVar(&o.format, "format", "text", "output: text or json (with json, errors too are written to stdout as JSON)")
 	p.StringVar(&o.stateDir, "state-dir", nvrm.DefaultStateDir, "directory of the handle registry's state file and lock")
 	p.StringVar(&o.pinPath, "pin-path", nvrm.DefaultPinPath, "bpffs directory where the tracer is pinned")
 	p.StringVar(&o.control, "control", nvrm.ControlPath, "the driver's control device")
@@ -85,6 +87,12 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
 		newChannelsResumeCmd(o),
 		newChannelsWatchCmd(o),
 	)
+	// With no command, channels lists, as channels list does.
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return runChannelsList(o, true, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	}
+	o.reportErrors(cmd)
 	for _, sub := range cmd.Commands() {
 		o.reportErrors(sub)
 	}
@@ -106,6 +114,9 @@ func (o *channelsOptions) reportErrors(sub *cobra.Command) {
 	}
 	sub.Args = cobra.ArbitraryArgs
 	sub.RunE = func(cmd *cobra.Command, args []string) error {
+		if o.format != "text" && o.format != "json" {
+			return fmt.Errorf("--format %q: want text or json\nusage: %s", o.format, cmd.UseLine())
+		}
 		err := validate(cmd, args)
 		if err != nil {
 			err = fmt.Errorf("%s: %w\nusage: %s", cmd.CommandPath(), err, cmd.UseLine())

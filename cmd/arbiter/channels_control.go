@@ -330,7 +330,6 @@ suspend; --pin=false removes it on exit.`,
 	}
 	cmd.Flags().BoolVar(&keepPinned, "pin", true, "leave the tracer attached (pinned) after exit")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (default: until interrupted)")
-	cmd.Flags().StringVar(&o.format, "format", "text", "output: text or json (one event per line)")
 	return cmd
 }
 

@@ -40,7 +40,6 @@ are listed as unknown.`,
 		},
 	}
 	cmd.Flags().BoolVar(&noQuery, "no-query", false, "do not read timeslices back from the driver")
-	cmd.Flags().StringVar(&o.format, "format", "text", "output: text or json")
 	return cmd
 }
 

@@ -457,6 +457,9 @@ func TestChannelsJSONErrors(t *testing.T) {
 		{channelsOptions{haveCaps: noCaps}, []string{"list", "--format", "json", "--control", present}, "listing channel groups needs CAP_BPF", 77},
 		{channelsOptions{}, []string{"watch", "extra", "--format", "json"}, "usage: channels watch [flags]", 1},
 		{channelsOptions{}, []string{"watch", "--format", "json", "--control", absent}, "no NVIDIA driver", 1},
+		// channels alone lists, and --format belongs to every command.
+		{channelsOptions{}, []string{"--format", "json", "--control", absent}, "no NVIDIA driver: " + absent + " does not exist", 1},
+		{channelsOptions{}, []string{"suspend", "--format", "json"}, "usage: channels suspend PID [flags]", 1},
 	} {
 		o := tc.o
 		out, _, err := runChannels(context.Background(), &o, tc.args...)
@@ -471,6 +474,10 @@ func TestChannelsJSONErrors(t *testing.T) {
 		if got.Error != err.Error() || !strings.Contains(got.Error, tc.want) || got.ExitCode != tc.code {
 			t.Errorf("%v: %+v, want %q and exit code %d", tc.args, got, tc.want, tc.code)
 		}
+	}
+	if _, _, err := runChannels(context.Background(), &channelsOptions{}, "resume", "1", "--format", "yaml"); err == nil ||
+		!strings.Contains(err.Error(), "--format \"yaml\": want text or json") {
+		t.Errorf("--format yaml: %v", err)
 	}
 	// Text output has no JSON.
 	if out, _, err := runChannels(context.Background(), &channelsOptions{}, "list", "--control", absent); err == nil || out != "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -30,7 +31,57 @@ applications or the driver.`,
 		newPsCmd(),
 		newStatusCmd(),
 	)
+	root.InitDefaultCompletionCmd()
+	usageErrors(root)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w\nusage: %s", err, c.UseLine())
+	})
 	return root
+}
+
+// usageErrors makes every command below c name its usage line when given
+// the wrong arguments, and makes a command group (one that only holds
+// commands) refuse a command it does not have, where cobra would print the
+// group's help and exit 0 as if asked for it. Commands that wrap their own
+// argument errors (the channels family) are left as they are.
+func usageErrors(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		usageErrors(sub)
+	}
+	if !c.HasParent() || c.Name() == "channels" || c.HasParent() && c.Parent().Name() == "channels" {
+		return
+	}
+	if !c.Runnable() {
+		if !c.HasSubCommands() {
+			return
+		}
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return fmt.Errorf("%s: unknown command %q\nusage: %s COMMAND (%s --help lists them)", cmd.CommandPath(), args[0], cmd.CommandPath(), cmd.CommandPath())
+		}
+		return
+	}
+	validate := c.Args
+	if validate == nil {
+		validate = cobra.ArbitraryArgs
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		err := validate(cmd, args)
+		if err == nil {
+			// Checked here too, before cobra does, to name the usage.
+			err = cmd.ValidateRequiredFlags()
+		}
+		if err == nil {
+			return nil
+		}
+		if strings.Contains(err.Error(), cmd.CommandPath()) {
+			return fmt.Errorf("%w\nusage: %s", err, cmd.UseLine())
+		}
+		return fmt.Errorf("%s: %w\nusage: %s", cmd.CommandPath(), err, cmd.UseLine())
+	}
 }
 
 // newVersionCmd prints the build version.

@@ -35,3 +35,39 @@ func TestReadmeCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageErrors: every command given the wrong arguments, an unknown
+// flag or no required flag names its usage line and fails; a command
+// group refuses a command it does not have instead of printing its help
+// and succeeding; asked for nothing, a group prints its help.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // the error's text; "" for success
+	}{
+		{[]string{"policy", "eval"}, "arbiter policy eval: accepts 1 arg(s), received 0\nusage: arbiter policy eval DIR|BUNDLE --input FILE [flags]"},
+		{[]string{"policy", "test", "a", "b"}, "usage: arbiter policy test DIR|BUNDLE [flags]"},
+		{[]string{"policy", "check"}, "usage: arbiter policy check DIR|BUNDLE... [flags]"},
+		{[]string{"trace", "x"}, "unknown command \"x\" for \"arbiter trace\"\nusage: arbiter trace [flags]"},
+		{[]string{"version", "x"}, "usage: arbiter version [flags]"},
+		{[]string{"sim"}, "arbiter sim: required flag(s) \"workload\" not set\nusage: arbiter sim --workload FILE"},
+		{[]string{"status", "--bogus"}, "unknown flag: --bogus\nusage: arbiter status"},
+		{[]string{"policy", "x"}, "arbiter policy: unknown command \"x\"\nusage: arbiter policy COMMAND"},
+		{[]string{"completion", "a", "b"}, "arbiter completion: unknown command \"a\""},
+		{[]string{"channels", "x"}, "unknown command \"x\" for \"arbiter channels\"\nusage: arbiter channels [flags]"},
+		{[]string{"policy"}, ""},
+	} {
+		root := newRootCmd("test")
+		var out, errOut strings.Builder
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs(c.args)
+		err := root.Execute()
+		switch {
+		case c.want == "" && (err != nil || !strings.Contains(out.String(), "Available Commands")):
+			t.Errorf("%v: %v, output %q; want the help", c.args, err, out.String())
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v\nwant %q", c.args, err, c.want)
+		}
+	}
+}
