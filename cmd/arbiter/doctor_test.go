@@ -172,7 +172,8 @@ func TestDoctorUnprivileged(t *testing.T) {
 	}
 	st, rest := checkLine(t, out, "bpf-permission")
 	if st != "FAIL" || !strings.HasPrefix(rest, "CAP_BPF (or CAP_SYS_ADMIN) is not held") ||
-		!strings.Contains(rest, "| fix: run arbiter as root, or grant CAP_BPF (setcap cap_bpf+ep ") {
+		!strings.Contains(rest, "| fix: run arbiter as root, or grant CAP_BPF (setcap ") ||
+		!strings.Contains(rest, ",cap_perfmon,cap_bpf+ep ") || !strings.Contains(rest, "every capability this report finds missing in one command") {
 		t.Errorf("bpf-permission: %s %s", st, rest)
 	}
 	if st, rest := checkLine(t, out, "perf-permission"); st != "FAIL" || !strings.Contains(rest, "CAP_PERFMON") {

@@ -109,11 +109,54 @@ func TestSameVersion(t *testing.T) {
 	}
 }
 
+// TestGrantFix: a fix grants its check's capabilities; the setcap command
+// in it, filled in once every check has run, grants every capability the
+// report finds missing, since setcap replaces a file's capabilities.
 func TestGrantFix(t *testing.T) {
 	e := &env{binary: "/usr/bin/arbiter"}
-	want := "run arbiter as root, or grant CAP_KILL and CAP_SYS_PTRACE (setcap cap_kill,cap_sys_ptrace+ep /usr/bin/arbiter; in a pod, securityContext.capabilities.add: [KILL, SYS_PTRACE])"
-	if got := e.grantFix(capKill, caps.SysPtrace); got != want {
-		t.Errorf("got  %s\nwant %s", got, want)
+	fix := e.grantFix(capKill, caps.SysPtrace)
+	want := "run arbiter as root, or grant CAP_KILL and CAP_SYS_PTRACE (" + setcapMarker + "; in a pod, securityContext.capabilities.add: [KILL, SYS_PTRACE])"
+	if fix != want {
+		t.Errorf("got  %q\nwant %q", fix, want)
+	}
+	if got, want := e.setcapCommand([]caps.Cap{caps.SysPtrace}), "setcap cap_sys_ptrace+ep /usr/bin/arbiter"; got != want {
+		t.Errorf("one capability: %q, want %q", got, want)
+	}
+	e.grantFix(caps.BPF)
+	if len(e.missing) != 3 {
+		t.Fatalf("missing %v, want the three capabilities asked for", e.missing)
+	}
+	got := e.setcapCommand([]caps.Cap{caps.BPF, capKill})
+	if !strings.HasPrefix(got, "setcap cap_bpf,cap_kill+ep /usr/bin/arbiter, every capability this report finds missing in one command") {
+		t.Errorf("several: %q", got)
+	}
+}
+
+// TestReportGrantsInOneCommand: without capabilities, every fix that
+// grants some names the same setcap command, with all of them.
+func TestReportGrantsInOneCommand(t *testing.T) {
+	e := &env{root: "/", binary: "/usr/bin/arbiter"} // no capabilities held
+	r := e.report()
+	var cmds []string
+	for _, c := range r.Checks {
+		if strings.Contains(c.Fix, setcapMarker) {
+			t.Errorf("%s: the marker is left in %q", c.Name, c.Fix)
+		}
+		if i := strings.Index(c.Fix, "setcap "); i >= 0 {
+			cmds = append(cmds, c.Fix[i:strings.IndexByte(c.Fix[i:], ';')+i])
+		}
+	}
+	if len(cmds) < 2 {
+		t.Fatalf("setcap commands %q: want one in each capability's fix", cmds)
+	}
+	for _, c := range cmds[1:] {
+		if c != cmds[0] {
+			t.Errorf("fixes name different setcap commands: %q", cmds)
+			break
+		}
+	}
+	if !strings.Contains(cmds[0], "cap_bpf") || !strings.Contains(cmds[0], "cap_perfmon") || !strings.Contains(cmds[0], "cap_kill") {
+		t.Errorf("setcap command %q lacks a capability that a check found missing", cmds[0])
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -118,16 +119,40 @@ func heldDetail(have caps.Set, c caps.Cap) string {
 	return fmt.Sprintf("CAP_SYS_ADMIN held (in place of %s)", capName(c))
 }
 
-// grantFix says how to give arbiter the capabilities cs.
+// grantFix says how to give arbiter the capabilities cs. The setcap
+// command is left as setcapMarker, and cs noted in e.missing: Run puts in
+// one command for every capability the report finds missing, since setcap
+// replaces a file's capabilities and commands run one after another would
+// leave only the last one's.
 func (e *env) grantFix(cs ...caps.Cap) string {
-	names, lower, bare := make([]string, len(cs)), make([]string, len(cs)), make([]string, len(cs))
+	names, bare := make([]string, len(cs)), make([]string, len(cs))
 	for i, c := range cs {
 		names[i] = capName(c)
-		lower[i] = strings.ToLower(names[i])
 		bare[i] = strings.TrimPrefix(names[i], "CAP_")
+		if !slices.Contains(e.missing, c) {
+			e.missing = append(e.missing, c)
+		}
 	}
-	return fmt.Sprintf("run arbiter as root, or grant %s (setcap %s+ep %s; in a pod, securityContext.capabilities.add: [%s])",
-		strings.Join(names, " and "), strings.Join(lower, ","), e.binary, strings.Join(bare, ", "))
+	return fmt.Sprintf("run arbiter as root, or grant %s (%s; in a pod, securityContext.capabilities.add: [%s])",
+		strings.Join(names, " and "), setcapMarker, strings.Join(bare, ", "))
+}
+
+// setcapMarker stands for the setcap command in a fix until Run knows
+// every capability missing.
+const setcapMarker = "\x00setcap\x00"
+
+// setcapCommand is the one command that grants the capabilities cs to
+// the binary, with a word on why it names more than one check's.
+func (e *env) setcapCommand(cs []caps.Cap) string {
+	lower := make([]string, len(cs))
+	for i, c := range cs {
+		lower[i] = strings.ToLower(capName(c))
+	}
+	cmd := fmt.Sprintf("setcap %s+ep %s", strings.Join(lower, ","), e.binary)
+	if len(cs) > 1 {
+		cmd += ", every capability this report finds missing in one command: setcap replaces a file's capabilities"
+	}
+	return cmd
 }
 
 // capName names c, including the capabilities package caps does not.

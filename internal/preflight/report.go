@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/gpu-arbiter/arbiter/gpu"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
@@ -117,6 +118,8 @@ type env struct {
 	capsErr error
 	// binary is the executable that capabilities would be granted to.
 	binary string
+	// missing are the capabilities the fixes so far would grant.
+	missing []caps.Cap
 }
 
 // checker is one check: its name, the levels that need it, and the test.
@@ -194,6 +197,11 @@ func Run(opts *Options) (*Report, error) {
 	if e.binary, err = os.Executable(); err != nil {
 		e.binary = "/usr/local/bin/arbiter"
 	}
+	return e.report(), nil
+}
+
+// report makes every check in e and works out the levels.
+func (e *env) report() *Report {
 	r := &Report{}
 	for _, c := range checkers() {
 		res := c.run(e)
@@ -204,8 +212,12 @@ func Run(opts *Options) (*Report, error) {
 		// level needs, as the schema says.
 		r.Checks = append(r.Checks, Check{Name: c.name, Status: res.status, Detail: res.detail, Fix: res.fix, NeededBy: append([]Level{}, c.neededBy...)})
 	}
+	slices.Sort(e.missing)
+	for i := range r.Checks {
+		r.Checks[i].Fix = strings.ReplaceAll(r.Checks[i].Fix, setcapMarker, e.setcapCommand(e.missing))
+	}
 	r.Levels = levelSupport(r.Checks)
-	return r, nil
+	return r
 }
 
 // levelSupport works out each level from the checks that name it.
