@@ -18,6 +18,10 @@ import (
 // MaxInputDepth bounds the nesting of an input document given to Eval.
 const MaxInputDepth = 1000
 
+// MaxInputBytes bounds an input document DecodeInput reads: a real one is
+// a few kilobytes.
+const MaxInputBytes = 16 << 20
+
 // EvalResult is one evaluation made by Eval, for `arbiter policy eval`.
 type EvalResult struct {
 	Entrypoint string           `json:"entrypoint"`
@@ -33,9 +37,12 @@ type EvalResult struct {
 // DecodeInput decodes and checks an input document (JSON) against
 // schema/input.json, with a clear error for anything it rejects.
 func DecodeInput(r io.Reader) (any, error) {
-	b, err := io.ReadAll(r)
+	b, err := io.ReadAll(io.LimitReader(r, MaxInputBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read input: %w", err)
+	}
+	if len(b) > MaxInputBytes {
+		return nil, fmt.Errorf("input: more than %d bytes (16 MiB); an input document is a few kilobytes of JSON", MaxInputBytes)
 	}
 	if d := jsonDepth(b); d > MaxInputDepth {
 		return nil, fmt.Errorf("input: nested %d levels deep, more than %d", d, MaxInputDepth)
@@ -46,9 +53,9 @@ func DecodeInput(r io.Reader) (any, error) {
 	if err := dec.Decode(&v); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return nil, fmt.Errorf("input: byte offset %d: %w", se.Offset, err)
+			return nil, fmt.Errorf("input: not valid JSON: byte offset %d: %w", se.Offset, err)
 		}
-		return nil, fmt.Errorf("input: %w", err)
+		return nil, fmt.Errorf("input: not valid JSON: %w", err)
 	}
 	s, err := schema.Load()
 	if err != nil {

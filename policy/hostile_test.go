@@ -104,7 +104,9 @@ func TestDecodeInputHostile(t *testing.T) {
 	tests := []struct{ name, doc, want string }{
 		{"deep nesting", strings.Repeat("[", 100000) + strings.Repeat("]", 100000), "nested 100000 levels deep, more than 1000"},
 		{"deep in a label", `{"apiVersion":"arbiter.io/v1","node":{"hostname":"n","time":"t","gpus":[]},"process":{"pid":1,"comm":"x","env":{"A":` + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `}}}`, "nested 2003 levels deep"},
-		{"not json", "\xff\xfe", "input: byte offset 1"},
+		{"not json", "\xff\xfe", "input: not valid JSON: byte offset 1"},
+		{"cut short", `{"apiVersion":`, "input: not valid JSON: unexpected EOF"},
+		{"huge", `{"x": "` + strings.Repeat("a", MaxInputBytes) + `"}`, "input: more than 16777216 bytes"},
 		{"wrong api version", `{"apiVersion":"v0","node":{"hostname":"n","time":"t","gpus":[]}}`, `apiVersion: "v0" is not one of arbiter.io/v1`},
 		{"bad pid type", `{"apiVersion":"arbiter.io/v1","node":{"hostname":"n","time":"t","gpus":[]},"process":{"pid":"1","comm":"x"}}`, `process.pid: want integer, got string "1"`},
 		{"unknown field", `{"apiVersion":"arbiter.io/v1","node":{"hostname":"n","time":"t","gpus":[]},"process":{"pid":1,"comm":"x","pidd":2}}`, `process.pidd: unknown field (did you mean "pid"?)`},

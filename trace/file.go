@@ -527,9 +527,14 @@ func (r *Reader) readFull(p []byte, what string, kind Kind) error {
 		what = kind.String() + " " + what
 	}
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		return &FormatError{Offset: start, Msg: fmt.Sprintf("truncated %s: want %d bytes, file ends after %d", what, len(p), n)}
+		return &FormatError{Offset: start, Msg: fmt.Sprintf("truncated %s: want %d bytes, file ends after %d (%s)", what, len(p), n, r.cutShort())}
 	}
 	return fmt.Errorf("trace file: byte offset %d: %s: %w", start, what, err)
+}
+
+// cutShort says what a file that ends inside a record means.
+func (r *Reader) cutShort() string {
+	return fmt.Sprintf("the file was cut short: its writer stopped before closing it, or it was copied while being written; the %d events before were read", r.count)
 }
 
 // readUvarint reads a varint from the stream, byte by byte.
@@ -540,7 +545,7 @@ func (r *Reader) readUvarint(what string) (uint64, error) {
 		c, err := r.br.ReadByte()
 		if err != nil {
 			if err == io.EOF {
-				return 0, &FormatError{Offset: start, Msg: "truncated " + what}
+				return 0, &FormatError{Offset: start, Msg: "truncated " + what + " (" + r.cutShort() + ")"}
 			}
 			return 0, fmt.Errorf("trace file: byte offset %d: %s: %w", start, what, err)
 		}

@@ -242,7 +242,7 @@ func TestCorruptFiles(t *testing.T) {
 		{"data after end", append(bytes.Clone(good), 0), int64(len(good)), "data after the end marker"},
 		{"leftover bytes", patch(rec0+1, 0x0f), rec0 + 16, "exec record: 1 bytes left over"},
 		{"short record", patch(rec0+1, 0x0d), rec0 + 15, "exit code: record ends inside this field"},
-		{"truncated payload", good[:rec0+5], rec0 + 2, "truncated exec record: want 14 bytes, file ends after 3"},
+		{"truncated payload", good[:rec0+5], rec0 + 2, "truncated exec record: want 14 bytes, file ends after 3 (the file was cut short: its writer stopped before closing it, or it was copied while being written; the 0 events before were read)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -39,7 +39,7 @@ func resolveSymbols(path string) (map[trace.Func]symbol, error) {
 	defer f.Close()
 	ef, err := elf.NewFile(f)
 	if err != nil {
-		return nil, fmt.Errorf("parse ELF %s: %w", path, err)
+		return nil, fmt.Errorf("%s is not an ELF shared library (%w): give the path of the driver's libcuda.so.1", path, err)
 	}
 	defer ef.Close()
 	byName, err := resolveELF(ef, f, path, func(name string) bool {

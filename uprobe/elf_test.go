@@ -166,6 +166,11 @@ func TestResolveBadFiles(t *testing.T) {
 			t.Errorf("%s: err = %v, want an error naming the file", name, err)
 		}
 	}
+	// A file that is no ELF at all says what to give instead.
+	if _, err := resolveSymbols(dir + "/text"); err == nil || !strings.Contains(err.Error(), "is not an ELF shared library") ||
+		!strings.HasSuffix(err.Error(), "give the path of the driver's libcuda.so.1") {
+		t.Errorf("text: %v", err)
+	}
 	if _, err := resolveSymbols(dir + "/missing"); err == nil {
 		t.Error("missing file resolved")
 	}

@@ -360,12 +360,16 @@ row first (a trace needs topdown, so --explain always evaluates with it).`,
 			}
 			r, err := policyOpenInput(cmd, input)
 			if err != nil {
-				return &policyExit{2, err}
+				return &policyExit{2, fmt.Errorf("--input: %w", err)}
 			}
 			defer r.Close()
 			doc, err := policy.DecodeInput(r)
 			if err != nil {
-				return &policyExit{2, fmt.Errorf("%s: %w", input, err)}
+				name := input
+				if name == "-" {
+					name = "standard input"
+				}
+				return &policyExit{2, fmt.Errorf("--input %s: %s (arbiter policy schema input prints what it must be)", name, strings.TrimPrefix(err.Error(), "input: "))}
 			}
 			out := cmd.OutOrStdout()
 			opts, err := policyOptions(evaluator, &policy.Options{Print: func(pr policy.Print) {

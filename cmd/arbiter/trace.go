@@ -138,8 +138,11 @@ time, and the tracer's drops; with --format json as one JSON object
 		default:
 			return fmt.Errorf("--format %q: want text or json", o.format)
 		}
-		if o.duration < 0 || o.idleGap < 0 {
-			return errors.New("--duration and --idle-gap must not be negative")
+		if o.duration < 0 {
+			return fmt.Errorf("--duration %v: must not be negative", o.duration)
+		}
+		if o.idleGap < 0 {
+			return fmt.Errorf("--idle-gap %v: must not be negative", o.idleGap)
 		}
 		if o.replay != "" && len(o.libs) > 0 {
 			return errors.New("--lib applies to live tracing, not to --replay")

@@ -198,6 +198,9 @@ func newRecorder(path string, stdout io.Writer, args []string) (*recorder, error
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("record: %w: create the directory %s first", err, filepath.Dir(path))
 		}
+		if fi, serr := os.Stat(path); err != nil && serr == nil && fi.IsDir() {
+			return nil, fmt.Errorf("--record %s: a directory: give the path of a file to write (e.g. %s)", path, filepath.Join(path, "trace.arbt"))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("record: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -399,7 +400,8 @@ func TestTraceFlagErrors(t *testing.T) {
 		{[]string{"--format", "xml"}, `--format "xml": want text or json`},
 		{[]string{"--pid", "0"}, "--pid 0: not a process id"},
 		{[]string{"--pid", "4294967296"}, "--pid 4294967296: not a process id"},
-		{[]string{"--duration", "-1s"}, "must not be negative"},
+		{[]string{"--duration", "-1s"}, "--duration -1s: must not be negative"},
+		{[]string{"--idle-gap", "-2ms"}, "--idle-gap -2ms: must not be negative"},
 		{[]string{"--replay", "x", "--lib", "y"}, "--lib applies to live tracing"},
 		{[]string{"--replay", "x", "--comm", ""}, "--comm: empty process name"},
 		{[]string{"extra"}, "unknown command"},
@@ -407,6 +409,26 @@ func TestTraceFlagErrors(t *testing.T) {
 		_, _, err := runCmd(t, append([]string{"trace"}, tt.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("trace %v: err %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestRecordPathErrors: a --record path that cannot be written says how
+// to fix it before anything is attached.
+func TestRecordPathErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ path, want string }{
+		{dir, "--record " + dir + ": a directory: give the path of a file to write (e.g. " + filepath.Join(dir, "trace.arbt") + ")"},
+		{filepath.Join(dir, "missing", "x.arbt"), "create the directory " + filepath.Join(dir, "missing") + " first"},
+	} {
+		r, err := newRecorder(c.path, io.Discard, nil)
+		if err == nil {
+			r.abort()
+			t.Errorf("%s: no error", c.path)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.path, err, c.want)
 		}
 	}
 }
