@@ -59,7 +59,12 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-bold() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+# Headings in bold on a terminal, plain where the output goes to a file.
+if [ -t 1 ]; then
+	bold() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+else
+	bold() { printf '\n%s\n' "$*"; }
+fi
 
 # failed STATUS WHAT LOG: say that WHAT failed, show what it wrote to LOG
 # and exit with its status (cleanup still stops the workloads).

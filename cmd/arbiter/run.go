@@ -110,19 +110,23 @@ func resolveConfig(fl *pflag.FlagSet, path string) (config.Config, string, error
 	return cfg, used, cfg.Validate()
 }
 
-// newLogger returns the daemon's logger: JSON unless stderr is a terminal
-// (auto) or the format says otherwise.
-func newLogger(cfg config.Config) (zerolog.Logger, error) {
+// newLogger returns the daemon's logger on out (stderr): JSON unless out
+// is a terminal (auto) or the format says otherwise; text in colour only
+// on a terminal.
+func newLogger(cfg config.Config, out *os.File) (zerolog.Logger, error) {
 	level, err := zerolog.ParseLevel(cfg.LogLevel)
 	if err != nil {
 		return zerolog.Nop(), fmt.Errorf("log level %q: %w", cfg.LogLevel, err)
 	}
-	text := cfg.LogFormat == "text" || cfg.LogFormat == "auto" && term.IsTerminal(int(os.Stderr.Fd()))
+	tty := term.IsTerminal(int(out.Fd()))
+	text := cfg.LogFormat == "text" || cfg.LogFormat == "auto" && tty
 	var l zerolog.Logger
 	if text {
-		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.RFC3339})
+		// Colours only on a terminal: a log file or journal gets plain
+		// text.
+		l = zerolog.New(zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339, NoColor: !tty})
 	} else {
-		l = zerolog.New(os.Stderr)
+		l = zerolog.New(out)
 	}
 	return l.Level(level).With().Timestamp().Logger(), nil
 }
@@ -135,7 +139,7 @@ func runDaemon(cmd *cobra.Command, f *runFlags) error {
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(cfg)
+	log, err := newLogger(cfg, os.Stderr)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpu-arbiter/arbiter/config"
 	"github.com/gpu-arbiter/arbiter/internal/cudastub"
 	"github.com/gpu-arbiter/arbiter/internal/testenv"
 	"github.com/gpu-arbiter/arbiter/web"
@@ -373,4 +376,33 @@ func TestSecondDaemonRefused(t *testing.T) {
 	}
 	_ = d.processes() // the first still answers (processes fails the test otherwise)
 	d.stop(syscall.SIGTERM)
+}
+
+// TestLoggerPlainOffTerminal: the text log written to a file (a log file,
+// the journal) has no colour codes; JSON stays JSON.
+func TestLoggerPlainOffTerminal(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := config.Default()
+		cfg.LogFormat = format
+		l, err := newLogger(cfg, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Info().Str("gpu", "0").Msg("hello")
+		f.Close()
+		b, err := os.ReadFile(f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte("\x1b[")) || !bytes.Contains(b, []byte("hello")) {
+			t.Errorf("%s log in a file: %q", format, b)
+		}
+		if format == "json" && !json.Valid(bytes.TrimSpace(b)) {
+			t.Errorf("json log: %q", b)
+		}
+	}
 }
