@@ -44,7 +44,7 @@ own. See docs/policy.md.`,
 }
 
 func policyFormatFlag(cmd *cobra.Command, format *string) {
-	cmd.Flags().StringVar(format, "format", "human", "output format: human or json")
+	cmd.Flags().StringVar(format, "format", "text", "output format: text or json (human is text's older name)")
 }
 
 func policyEvaluatorFlag(cmd *cobra.Command, ev *string) {
@@ -74,8 +74,8 @@ func policyEvaluator(p *policy.Policy) (name, note string) {
 }
 
 func policyCheckFormat(format string) error {
-	if format != "human" && format != "json" {
-		return &policyExit{2, fmt.Errorf("--format %q: want human or json", format)}
+	if format != "text" && format != "human" && format != "json" {
+		return &policyExit{2, fmt.Errorf("--format %q: want text or json", format)}
 	}
 	return nil
 }

@@ -106,6 +106,15 @@ func TestPolicyCheck(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "ok: ../../rego/default revision ") || !strings.Contains(out, `, 2 files (1 test file) + the embedded library arbiter.lib, default class "best-effort", victims rule, evaluated by its compiled plan`) {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
+	// text, as every command calls it, and human, its older name here.
+	for _, f := range []string{"text", "human"} {
+		if o, c := runPolicy(t, "", "check", "--format", f, "../../rego/default"); c != 0 || !strings.HasPrefix(o, "ok: ") {
+			t.Errorf("--format %s: exit %d\n%s", f, c, o)
+		}
+	}
+	if o, c := runPolicy(t, "", "check", "--format", "xml", "../../rego/default"); c != 2 || !strings.Contains(o, `--format "xml": want text or json`) {
+		t.Errorf("--format xml: exit %d\n%s", c, o)
+	}
 	out, code = runPolicy(t, "", "check", "--evaluator", "topdown", "../../rego/default")
 	if code != 0 || !strings.Contains(out, "evaluated by topdown: topdown chosen in the options") {
 		t.Fatalf("--evaluator topdown: exit %d\n%s", code, out)
