@@ -24,7 +24,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "baseline\tworkload\tclass\tarrived\tdone\twaiting\tp50\tp99\tp99.9\tp99/excl\tSLO\tBE thru/excl\tpreempt/s\tGPU util\t")
 	var notes []string
-	offered := false
+	offered, unbalanced := false, false
 	for _, b := range r.Baselines {
 		first := true
 		common := func() string {
@@ -45,6 +45,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 				name += "!"
 				notes = append(notes, backlogNote(b.Name, &l))
 			}
+			if l.InFlight+l.Rejected > 0 {
+				unbalanced = true
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t-\t%s\n", b.Name, name, l.Class, l.Arrived, l.Requests, l.Waiting,
 				latency(&l, l.P50NS), latency(&l, l.P99NS), latency(&l, l.P999NS), bound(&l, ratio(l.P99Ratio)), slo(&l), common())
 		}
@@ -55,11 +58,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(notes) > 0 || offered {
+	if len(notes) > 0 || offered || unbalanced {
 		fmt.Fprintln(w)
 	}
 	for _, n := range notes {
 		fmt.Fprintln(w, n)
+	}
+	if unbalanced {
+		fmt.Fprintln(w, "arrived = done + waiting + in service at the end + turned away (max_pending); report.json (--out, --format json) has each")
 	}
 	if offered {
 		fmt.Fprintln(w, "* exclusive GPU util is the load the workloads offer: their solo runs' GPU time over GPUs × duration;")
@@ -78,7 +84,13 @@ func backlogNote(baseline string, l *LC) string {
 		fmt.Fprintf(&b, ", %s of them turned away (max_pending)", count(l.Rejected))
 	}
 	b.WriteString("; latencies count the unserved at their age at the end: lower bounds (≥)")
-	if miss := l.UnservedLate + l.Rejected; miss > 0 && l.SLOTargetNS > 0 {
+	switch miss := l.UnservedLate + l.Rejected; {
+	case miss == 0 || l.SLOTargetNS == 0:
+	case l.Rejected == 0:
+		fmt.Fprintf(&b, "; %s past the SLO target count as misses", count(miss))
+	case l.UnservedLate == 0:
+		fmt.Fprintf(&b, "; the %s turned away count as misses", count(miss))
+	default:
 		fmt.Fprintf(&b, "; %s turned away or past the SLO target count as misses", count(miss))
 	}
 	return b.String()

@@ -379,10 +379,15 @@ be:
 	if err := r.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"slow!", "! timeslice/slow: ", "requests not served at the end", "count as misses", "≥"} {
+	for _, want := range []string{"slow!", "! timeslice/slow: ", "requests not served at the end", "past the SLO target count as misses", "≥",
+		"arrived = done + waiting + in service at the end + turned away (max_pending)"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
+	}
+	// Nothing was turned away: the note does not say so.
+	if strings.Contains(table.String(), "turned away or past") {
+		t.Errorf("the note speaks of requests turned away where none was:\n%s", table.String())
 	}
 	healthy, err := Run(context.Background(), config(t, examples(t, "timeslice-inflation.yaml"), 2*time.Second, 1, Exclusive, Priority))
 	if err != nil {
