@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gpu-arbiter/arbiter/sim/workload"
 )
@@ -41,7 +42,13 @@ func loadSpec(path string) (*workload.File, error) {
 func replaySpec(path string, procs []workload.TraceProcess) string {
 	var b bytes.Buffer
 	base := filepath.Base(path)
-	fmt.Fprintf(&b, "name: %s\ngpus: 1\nreplay:\n  - file: %s\n    processes:\n", strings.TrimSuffix(base, filepath.Ext(base)), base)
+	fmt.Fprintf(&b, "name: %s\ngpus: 1\n", strings.TrimSuffix(base, filepath.Ext(base)))
+	if span := traceSpan(procs); span > 0 {
+		// Without it the replay runs for the default minute, mostly idle.
+		fmt.Fprintf(&b, "duration: %v   # the trace's calls span %v\n", span.Round(time.Millisecond)+time.Millisecond, span)
+	}
+	fmt.Fprintf(&b, "replay:\n  - file: %s\n    # An LC process: class: lc, an slo (e.g. slo: {target: 5ms}), and request_end: sync\n"+
+		"    # where each of its requests ends with a synchronization (docs/simulator.md, \"Requests\").\n    processes:\n", base)
 	if len(procs) == 0 {
 		b.WriteString("      [] # the trace holds no driver calls\n")
 	}
@@ -57,6 +64,19 @@ func replaySpec(path string, procs []workload.TraceProcess) string {
 		fmt.Fprintf(&b, "      - {%s, name: %s, class: be, gpu: 0}   # %d driver calls\n", sel, name, p.Calls)
 	}
 	return b.String()
+}
+
+// traceSpan is the time from the first call of the trace's processes to
+// the last.
+func traceSpan(procs []workload.TraceProcess) time.Duration {
+	if len(procs) == 0 {
+		return 0
+	}
+	first, last := procs[0].First, procs[0].Last
+	for _, p := range procs {
+		first, last = min(first, p.First), max(last, p.Last)
+	}
+	return time.Duration(last - first)
 }
 
 func countComm(procs []workload.TraceProcess, comm string) int {

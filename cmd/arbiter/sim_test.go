@@ -190,7 +190,8 @@ func TestSimCommandTrace(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	spec := err.Error()[strings.Index(err.Error(), "name: "):]
-	for _, want := range []string{"file: stub-infer-train.arbt", "comm: infer, name: infer, class: be", "driver calls"} {
+	for _, want := range []string{"file: stub-infer-train.arbt", "comm: infer, name: infer, class: be", "driver calls",
+		"duration: 3.065s   # the trace's calls span 3.064", "request_end: sync"} {
 		if !strings.Contains(spec, want) {
 			t.Errorf("suggested spec lacks %q:\n%s", want, spec)
 		}
@@ -201,6 +202,15 @@ func TestSimCommandTrace(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(dir, "s.yaml"), []byte(spec), 0o644)
 	if _, err := runSimCmd(t, "--workload", filepath.Join(dir, "s.yaml"), "--duration", "1s", "--quiet", "--baselines", "timeslice"); err != nil {
 		t.Errorf("the suggested spec does not run: %v\n%s", err, spec)
+	}
+	// A process the trace does not hold: the error has the line and
+	// names the processes it does hold.
+	bad := strings.Replace(spec, "comm: train, name: train", "comm: tran, name: tran", 1)
+	_ = os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte(bad), 0o644)
+	_, err = runSimCmd(t, "--workload", filepath.Join(dir, "bad.yaml"), "--duration", "1s", "--quiet", "--baselines", "timeslice")
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml:9: replay[0].processes[0]: no driver calls of this process in ") ||
+		!strings.Contains(err.Error(), "; it holds those of comm train (pid 4472), 186 calls; comm infer (pid 4473), 4186 calls") {
+		t.Errorf("a process the trace does not hold: %v\n%s", err, bad)
 	}
 }
 

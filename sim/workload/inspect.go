@@ -26,6 +26,9 @@ type TraceProcess struct {
 	Comm string
 	// Calls counts its launches, copies and synchronizations.
 	Calls uint64
+	// First and Last are when its first and last call began (ns, the
+	// trace's clock).
+	First, Last uint64
 }
 
 // TraceProcesses lists the processes of a trace that made driver calls,
@@ -62,9 +65,10 @@ func TraceProcesses(r io.Reader) ([]TraceProcess, error) {
 			}
 			i = len(out)
 			idx[ev.PID] = i
-			out = append(out, TraceProcess{PID: ev.PID})
+			out = append(out, TraceProcess{PID: ev.PID, First: ev.Time})
 		}
 		out[i].Calls++
+		out[i].Last = max(out[i].Last, ev.Time)
 	}
 	for i := range out {
 		p := &out[i]

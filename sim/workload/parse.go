@@ -58,6 +58,8 @@ type File struct {
 	// Warnings are things the spec says that are valid but probably not
 	// meant (FILE:LINE: PATH: message), for the caller to show.
 	Warnings []string
+	// lines maps field paths to their lines, for errors found later.
+	lines map[string]int
 }
 
 // Load reads, checks and validates a spec file. It reads at most one byte
@@ -107,7 +109,7 @@ func Parse(data []byte, name string) (*File, error) {
 		err.File = name
 		return nil, err
 	}
-	f := &File{Path: name, Dir: filepath.Dir(name)}
+	f := &File{Path: name, Dir: filepath.Dir(name), lines: lines}
 	if err := yaml.UnmarshalStrict(data, &f.Spec); err != nil {
 		return nil, &FieldError{File: name, Msg: clip(err.Error(), 200)}
 	}

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -108,6 +109,16 @@ func (f *File) ControlLatency() *time.Duration {
 // Workloads builds every workload of the spec, reading arrival files and
 // replayed traces.
 func (f *File) Workloads() ([]Workload, error) {
+	ws, err := f.workloads()
+	var fe *FieldError
+	if errors.As(err, &fe) && fe.Line == 0 && fe.File == f.Path {
+		fe.Line = lineOf(f.lines, fe.Path)
+	}
+	return ws, err
+}
+
+// workloads is Workloads, its errors without their lines.
+func (f *File) workloads() ([]Workload, error) {
 	var out []Workload
 	for i := range f.Spec.LC {
 		lc := f.Spec.LC[i]

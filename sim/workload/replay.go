@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gpu-arbiter/arbiter/sim"
@@ -43,6 +44,34 @@ type call struct {
 	dur   uint64 // inferred kernel or modelled copy duration
 }
 
+// traceHolds says which processes the trace in fh made driver calls
+// from, for an error about one it does not hold: "; it holds ...".
+func traceHolds(fh *os.File) string {
+	if _, err := fh.Seek(0, io.SeekStart); err != nil {
+		return ""
+	}
+	procs, err := TraceProcesses(fh)
+	if err != nil {
+		return ""
+	}
+	if len(procs) == 0 {
+		return "; it holds no driver calls at all"
+	}
+	const most = 8
+	var names []string
+	for _, p := range procs[:min(len(procs), most)] {
+		n := fmt.Sprintf("pid %d", p.PID)
+		if p.Comm != "" {
+			n = fmt.Sprintf("comm %s (pid %d)", p.Comm, p.PID)
+		}
+		names = append(names, fmt.Sprintf("%s, %d calls", n, p.Calls))
+	}
+	if len(procs) > most {
+		names = append(names, fmt.Sprintf("and %d more", len(procs)-most))
+	}
+	return "; it holds those of " + strings.Join(names, "; ")
+}
+
 // replay builds the workloads of Spec.Replay[i].
 func (f *File) replay(i int, cm copyModel) ([]Workload, error) {
 	r := &f.Spec.Replay[i]
@@ -65,7 +94,7 @@ func (f *File) replay(i int, cm copyModel) ([]Workload, error) {
 		calls := rec.Calls[j]
 		if len(calls) == 0 {
 			return nil, &FieldError{File: f.Path, Path: fmt.Sprintf("%s.processes[%d]", path, j),
-				Msg: fmt.Sprintf("no driver calls of this process in %s", name)}
+				Msg: fmt.Sprintf("no driver calls of this process in %s%s", name, traceHolds(fh))}
 		}
 		if err := inferDurations(calls, cm); err != nil {
 			return nil, &FieldError{File: f.Path, Path: fmt.Sprintf("%s.processes[%d]", path, j), Msg: err.Error()}
