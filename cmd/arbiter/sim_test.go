@@ -178,6 +178,18 @@ func TestSimCommandJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Baselines) != 2 || rep.Baselines[1].Name != "timeslice" {
 		t.Errorf("stdout is not the report: %v\n%.300s", err, out)
 	}
+	if !strings.Contains(out, `"p99_ratio"`) {
+		t.Errorf("with exclusive run, no p99_ratio:\n%.600s", out)
+	}
+	// Without the exclusive run there is no ratio: the field is absent,
+	// not 0 (which would read as infinitely faster).
+	out, err = runSimCmd(t, "--workload", spec, "--duration", "1s", "--quiet", "--baselines", "timeslice", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, `"p99_ratio"`) || !strings.Contains(out, `"p99_ns"`) {
+		t.Errorf("without exclusive: want p99_ns and no p99_ratio:\n%.600s", out)
+	}
 }
 
 // TestSimCommandTrace: given a recorded trace instead of a spec, sim says

@@ -142,18 +142,18 @@ type LC struct {
 	LowerBound   bool   `json:"lower_bound,omitempty"`
 	UnservedLate uint64 `json:"unserved_late,omitempty"`
 	// Latencies in ns (p50, p99, p99.9 nearest-rank, within 0.4%), over
-	// completed requests (and unserved ones, see Backlog); all 0 when
-	// none.
-	MeanNS float64 `json:"mean_ns"`
-	P50NS  uint64  `json:"p50_ns"`
-	P99NS  uint64  `json:"p99_ns"`
-	P999NS uint64  `json:"p999_ns"`
-	MaxNS  uint64  `json:"max_ns"`
+	// completed requests (and unserved ones, see Backlog); 0, and absent
+	// from JSON, when none: no latency, not a latency of 0.
+	MeanNS float64 `json:"mean_ns,omitempty"`
+	P50NS  uint64  `json:"p50_ns,omitempty"`
+	P99NS  uint64  `json:"p99_ns,omitempty"`
+	P999NS uint64  `json:"p999_ns,omitempty"`
+	MaxNS  uint64  `json:"max_ns,omitempty"`
 	// P50Ratio, P99Ratio and P999Ratio compare with the exclusive baseline
-	// (0 when it was not run).
-	P50Ratio  float64 `json:"p50_ratio"`
-	P99Ratio  float64 `json:"p99_ratio"`
-	P999Ratio float64 `json:"p999_ratio"`
+	// (0, and absent from JSON, when it was not run or has no latency).
+	P50Ratio  float64 `json:"p50_ratio,omitempty"`
+	P99Ratio  float64 `json:"p99_ratio,omitempty"`
+	P999Ratio float64 `json:"p999_ratio,omitempty"`
 	// SLOTargetNS and SLOPercentile are the workload's objective (0: none);
 	// Attainment is the share of judged requests within target (SLOJudged:
 	// the completed ones plus the unserved ones already past the target;
