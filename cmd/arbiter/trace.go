@@ -196,6 +196,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 	}
 
 	var tracer *uprobe.Tracer
+	var libs *libraryWatch
 	sink := &traceSink{rec: rec, lifecycle: newLifecycleFilter(filter.named), toStdout: o.record == stdio}
 	if replay == nil {
 		// Live text shows times since the trace started; taken before
@@ -209,7 +210,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 			return err
 		}
 		filter.lookup, filter.cacheMisses = traceComm(o.proc()), true
-		printLibraries(stderr, tracer.Stats())
+		libs = newLibraryWatch(tracer.Stats, stderr)
 	}
 
 	// A reader that goes away (`arbiter trace | head`) ends the trace
@@ -245,7 +246,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 		src = newReadAhead(failed)
 	}
 	obs := &traceObserver{filter: filter, sum: sum, order: newOrderBuffer(orderWindow, orderLimit), sink: sink,
-		firstFromEvents: replay != nil, stop: stop}
+		firstFromEvents: replay != nil, stop: stop, libs: libs}
 	eng, err := engine.New(src, nil, &engine.Options{ControlInterval: orderTick, Observers: []engine.Observer{obs}})
 	if err != nil {
 		src.Close()

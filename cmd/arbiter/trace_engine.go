@@ -35,7 +35,9 @@ type traceObserver struct {
 	// replay), not since the trace started (live, set in sink).
 	firstFromEvents bool
 	// stop ends the engine's Run.
-	stop    func()
+	stop func()
+	// libs tells of libraries attached later (live only).
+	libs    *libraryWatch
 	seen    uint64
 	arrived bool
 	err     error
@@ -75,6 +77,9 @@ func (o *traceObserver) Tick(now uint64) {
 		o.fail(o.sink.release(o.order, now))
 	}
 	o.arrived = false
+	if o.libs != nil {
+		o.libs.check(time.Now())
+	}
 	if o.err == nil && o.sink.rec != nil {
 		o.fail(o.sink.recordErr(o.sink.rec.tick(time.Now())))
 	}

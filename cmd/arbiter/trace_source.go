@@ -291,10 +291,53 @@ func printLibraries(w io.Writer, s uprobe.Stats) {
 		return
 	}
 	for _, l := range s.Libraries {
-		if l.Error != "" {
-			fmt.Fprintf(w, "arbiter trace: %s: not attached: %s\n", l.Path, l.Error)
-			continue
+		printLibrary(w, l)
+	}
+}
+
+// printLibrary says what the tracer did with one library.
+func printLibrary(w io.Writer, l uprobe.Library) {
+	if l.Error != "" {
+		fmt.Fprintf(w, "arbiter trace: %s: not attached: %s\n", l.Path, l.Error)
+		return
+	}
+	fmt.Fprintf(w, "arbiter trace: attached %s to %s\n", counted(len(l.Attached), "probe", "probes"), l.Path)
+}
+
+// libraryWatch tells, on stderr, of the libraries the live tracer
+// attaches after the start (a rescan finds a libcuda a new process maps),
+// each once, looking about once a second: without it a trace that began
+// with "no libcuda found yet" never said when capture began.
+type libraryWatch struct {
+	stats func() uprobe.Stats
+	w     io.Writer
+	told  map[string]bool
+	next  time.Time
+}
+
+// newLibraryWatch prints what the tracer has attached so far and returns
+// the watch for what it attaches later.
+func newLibraryWatch(stats func() uprobe.Stats, w io.Writer) *libraryWatch {
+	l := &libraryWatch{stats: stats, w: w, told: map[string]bool{}}
+	s := stats()
+	printLibraries(w, s)
+	for _, lib := range s.Libraries {
+		l.told[lib.Path] = true
+	}
+	return l
+}
+
+// check prints the libraries attached since it last looked, at most once
+// a second.
+func (l *libraryWatch) check(now time.Time) {
+	if now.Before(l.next) {
+		return
+	}
+	l.next = now.Add(time.Second)
+	for _, lib := range l.stats().Libraries {
+		if !l.told[lib.Path] {
+			l.told[lib.Path] = true
+			printLibrary(l.w, lib)
 		}
-		fmt.Fprintf(w, "arbiter trace: attached %s to %s\n", counted(len(l.Attached), "probe", "probes"), l.Path)
 	}
 }

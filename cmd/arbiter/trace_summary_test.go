@@ -99,3 +99,29 @@ func TestTraceSummaryTracerCountersAndPlurals(t *testing.T) {
 		}
 	}
 }
+
+// TestLibraryWatch: a trace that starts before any libcuda is in use
+// says so, and then says when the rescan attaches one, each library once,
+// looking at most once a second.
+func TestLibraryWatch(t *testing.T) {
+	var libs []uprobe.Library
+	var w bytes.Buffer
+	l := newLibraryWatch(func() uprobe.Stats { return uprobe.Stats{Libraries: libs} }, &w)
+	if got := w.String(); got != "arbiter trace: no libcuda found yet; rescanning every 2s (--lib PATH adds one)\n" {
+		t.Fatalf("start: %q", got)
+	}
+	w.Reset()
+	now := time.Unix(100, 0)
+	libs = []uprobe.Library{{Path: "/a", Attached: []string{"cuLaunchKernel"}}}
+	l.check(now)
+	libs = append(libs, uprobe.Library{Path: "/b", Error: "bad ELF"})
+	l.check(now.Add(500 * time.Millisecond)) // within the second: not looked at
+	if got := w.String(); got != "arbiter trace: attached 1 probe to /a\n" {
+		t.Fatalf("first look: %q", got)
+	}
+	l.check(now.Add(1100 * time.Millisecond))
+	l.check(now.Add(2200 * time.Millisecond))
+	if got := w.String(); got != "arbiter trace: attached 1 probe to /a\narbiter trace: /b: not attached: bad ELF\n" {
+		t.Fatalf("later: %q", got)
+	}
+}
