@@ -145,7 +145,9 @@ func writePs(w io.Writer, ps []web.ProcessItem) error {
 		case p.Unmanaged && p.UnmanagedReason != "":
 			notes = append(notes, fmt.Sprintf("%d: unmanaged: %s", p.PID, printable(p.UnmanagedReason)))
 		case p.Limit != "":
-			notes = append(notes, fmt.Sprintf("%d: %s, not %s: %s", p.PID, p.Level, p.Planned, printable(p.Limit)))
+			// The limit says both levels ("gate instead of suspend: why",
+			// "suspend not supported: why").
+			notes = append(notes, fmt.Sprintf("%d: %s", p.PID, printable(p.Limit)))
 		}
 		if p.Fallback != "" {
 			notes = append(notes, fmt.Sprintf("%d: policy decision not used, default applied: %s", p.PID, printable(p.Fallback)))

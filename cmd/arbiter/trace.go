@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -113,7 +115,7 @@ time, and the tracer's drops; with --format json as one JSON object
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.format, "format", "text", "event and summary output: text or json (JSON lines, one event per line)")
-	f.UintSlice("pid", nil, "trace only this process id (repeatable)")
+	f.Var((*pidList)(&o.pids), "pid", "trace only this process `ID` (repeatable)")
 	f.StringArrayVar(&o.comms, "comm", nil, "trace only processes with this name (repeatable)")
 	f.StringArrayVar(&o.cgroups, "cgroup", nil, "trace only this cgroup v2, by path (absolute or under /sys/fs/cgroup) or id (repeatable)")
 	f.StringVar(&o.record, "record", "", "also write the events to this trace file; - writes it to stdout and prints no events")
@@ -123,16 +125,6 @@ time, and the tracer's drops; with --format json as one JSON object
 	f.DurationVar(&o.idleGap, "idle-gap", trace.DefaultIdleGap, "idle time that separates two requests in the summary")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no events, only the summary")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		pids, err := f.GetUintSlice("pid")
-		if err != nil {
-			return err
-		}
-		for _, p := range pids {
-			if p == 0 || p > 1<<32-1 {
-				return fmt.Errorf("--pid %d: not a process id", p)
-			}
-			o.pids = append(o.pids, uint32(p))
-		}
 		switch o.format {
 		case "text", "json":
 		default:
@@ -151,6 +143,35 @@ time, and the tracer's drops; with --format json as one JSON object
 	}
 	return cmd
 }
+
+// pidList is the --pid flag: process ids, one per use of the flag or
+// several separated by commas. Its empty value prints as "", so that help
+// shows no "(default [])".
+type pidList []uint32
+
+// String implements pflag.Value.
+func (l *pidList) String() string {
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = strconv.FormatUint(uint64(p), 10)
+	}
+	return strings.Join(s, ",")
+}
+
+// Set implements pflag.Value.
+func (l *pidList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		p, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32)
+		if err != nil || p == 0 {
+			return fmt.Errorf("%s is not a process id (a positive whole number below 2^32)", f)
+		}
+		*l = append(*l, uint32(p))
+	}
+	return nil
+}
+
+// Type implements pflag.Value.
+func (l *pidList) Type() string { return "ID" }
 
 // runTrace runs the command: it checks what it can before attaching, opens
 // the source and runs it through an observing engine, whose observer prints

@@ -398,8 +398,9 @@ func TestTraceFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--format", "xml"}, `--format "xml": want text or json`},
-		{[]string{"--pid", "0"}, "--pid 0: not a process id"},
-		{[]string{"--pid", "4294967296"}, "--pid 4294967296: not a process id"},
+		{[]string{"--pid", "0"}, `invalid argument "0" for "--pid" flag: 0 is not a process id`},
+		{[]string{"--pid", "4294967296"}, "4294967296 is not a process id (a positive whole number below 2^32)"},
+		{[]string{"--pid", "12,x"}, "x is not a process id"},
 		{[]string{"--duration", "-1s"}, "--duration -1s: must not be negative"},
 		{[]string{"--idle-gap", "-2ms"}, "--idle-gap -2ms: must not be negative"},
 		{[]string{"--replay", "x", "--lib", "y"}, "--lib applies to live tracing"},
