@@ -250,7 +250,7 @@ func writeStatus(w io.Writer, st web.StatusView) error {
 			fmt.Fprintf(w, "  last change rejected: %s\n", printable(st.Policy.LastError))
 		}
 	}
-	fmt.Fprintf(w, "GPUs: %d", len(st.Node.GPUs))
+	fmt.Fprint(w, counted(len(st.Node.GPUs), "GPU", "GPUs"))
 	if st.Node.DriverVersion != "" {
 		fmt.Fprintf(w, ", driver %s", st.Node.DriverVersion)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -201,7 +202,14 @@ func checkOutDir(dir string) error {
 	}
 	probe, err := os.CreateTemp(at, ".arbiter-sim-*")
 	if err != nil {
-		return fmt.Errorf("--out %s: cannot write in %s: %w", dir, at, err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the probe file's name says nothing
+		}
+		if at != filepath.Clean(dir) {
+			return fmt.Errorf("--out %s: cannot be created: %s, the nearest directory that exists, cannot be written (%w)", dir, at, err)
+		}
+		return fmt.Errorf("--out %s: cannot be written (%w)", dir, err)
 	}
 	probe.Close()
 	return os.Remove(probe.Name())

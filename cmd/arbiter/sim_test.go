@@ -163,6 +163,13 @@ func TestSimCommandOutCheckedFirst(t *testing.T) {
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("the bad --out was found after %v: the run started first", time.Since(start))
 	}
+	// A directory to create under one nobody can write in (not even
+	// root: /proc) names that one, not the probe file tried there.
+	_, err = runSimCmd(t, "--workload", spec, "--duration", "1000h", "--quiet", "--out", "/proc/arbiter-sim-out")
+	if err == nil || !strings.Contains(err.Error(), "--out /proc/arbiter-sim-out: cannot be created: /proc, the nearest directory that exists, cannot be written") ||
+		strings.Contains(err.Error(), ".arbiter-sim-") {
+		t.Errorf("under /proc: %v", err)
+	}
 }
 
 // TestSimCommandJSON: --format json prints the report.json content.
