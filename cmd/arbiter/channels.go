@@ -88,7 +88,12 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
 		newChannelsWatchCmd(o),
 	)
 	// With no command, channels lists, as channels list does.
-	cmd.Args = cobra.NoArgs
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return fmt.Errorf("unknown command %q%s", args[0], didYouMean(cmd, args[0]))
+		}
+		return nil
+	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runChannelsList(o, true, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	}

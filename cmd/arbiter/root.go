@@ -60,7 +60,8 @@ func usageErrors(c *cobra.Command) {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			return fmt.Errorf("%s: unknown command %q\nusage: %s COMMAND (%s --help lists them)", cmd.CommandPath(), args[0], cmd.CommandPath(), cmd.CommandPath())
+			return fmt.Errorf("%s: unknown command %q%s\nusage: %s COMMAND (%s --help lists them)",
+				cmd.CommandPath(), args[0], didYouMean(cmd, args[0]), cmd.CommandPath(), cmd.CommandPath())
 		}
 		return
 	}
@@ -95,4 +96,16 @@ func newVersionCmd(version string) *cobra.Command {
 			return err
 		},
 	}
+}
+
+// didYouMean suggests c's commands whose names are close to arg: ", did
+// you mean list?"; "" where none is.
+func didYouMean(c *cobra.Command, arg string) string {
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // cobra's own default, set only on its root path
+	}
+	if s := c.SuggestionsFor(arg); len(s) > 0 {
+		return ", did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return ""
 }

@@ -54,7 +54,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status", "--bogus"}, "unknown flag: --bogus\nusage: arbiter status"},
 		{[]string{"policy", "x"}, "arbiter policy: unknown command \"x\"\nusage: arbiter policy COMMAND"},
 		{[]string{"completion", "a", "b"}, "arbiter completion: unknown command \"a\""},
-		{[]string{"channels", "x"}, "unknown command \"x\" for \"arbiter channels\"\nusage: arbiter channels [flags]"},
+		{[]string{"channels", "x"}, "arbiter channels: unknown command \"x\"\nusage: arbiter channels [flags]"},
+		{[]string{"channels", "lst"}, "arbiter channels: unknown command \"lst\", did you mean list?"},
+		{[]string{"policy", "chek"}, "arbiter policy: unknown command \"chek\", did you mean check?"},
 		{[]string{"policy"}, ""},
 	} {
 		root := newRootCmd("test")
