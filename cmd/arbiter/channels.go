@@ -118,6 +118,10 @@ func (o *channelsOptions) reportErrors(sub *cobra.Command) {
 		validate = cobra.ArbitraryArgs
 	}
 	sub.Args = cobra.ArbitraryArgs
+	if sub.Annotations == nil {
+		sub.Annotations = map[string]string{}
+	}
+	sub.Annotations[ownUsageErrors] = "channels"
 	sub.RunE = func(cmd *cobra.Command, args []string) error {
 		if o.format != "text" && o.format != "json" {
 			return fmt.Errorf("--format %q: want text or json\nusage: %s", o.format, cmd.UseLine())

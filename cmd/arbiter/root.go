@@ -39,16 +39,20 @@ applications or the driver.`,
 	return root
 }
 
+// ownUsageErrors is the annotation of a command that words its own
+// argument errors (the channels family, see reportErrors).
+const ownUsageErrors = "arbiter.own-usage-errors"
+
 // usageErrors makes every command below c name its usage line when given
 // the wrong arguments, and makes a command group (one that only holds
 // commands) refuse a command it does not have, where cobra would print the
 // group's help and exit 0 as if asked for it. Commands that wrap their own
-// argument errors (the channels family) are left as they are.
+// argument errors (annotated ownUsageErrors) are left as they are.
 func usageErrors(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		usageErrors(sub)
 	}
-	if !c.HasParent() || c.Name() == "channels" || c.HasParent() && c.Parent().Name() == "channels" {
+	if !c.HasParent() || c.Annotations[ownUsageErrors] != "" {
 		return
 	}
 	if !c.Runnable() {
