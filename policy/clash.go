@@ -75,7 +75,7 @@ func andList(names []string) string {
 // whole, loads too. nil where there is none.
 func annotationClash(mods map[string]*ast.Module) []Diagnostic {
 	type key struct{ scope, pkg string }
-	first := map[key]*ast.Location{}
+	first := map[key]string{} // the file of the first block
 	files := make([]string, 0, len(mods))
 	for f := range mods {
 		files = append(files, f)
@@ -90,7 +90,7 @@ func annotationClash(mods map[string]*ast.Module) []Diagnostic {
 			k := key{a.Scope, mods[f].Package.Path.String()}
 			prev, ok := first[k]
 			if !ok {
-				first[k] = a.Location
+				first[k] = f
 				continue
 			}
 			loc := a.Location
@@ -101,7 +101,7 @@ func annotationClash(mods map[string]*ast.Module) []Diagnostic {
 				"a second METADATA block of scope %s for package %s (the first is in %s): OPA allows one per package "+
 					"(it says \"%s annotation redeclared\"). Keep it in one file; if one of the two files is a copy left "+
 					"in the policy's directory, remove the copy: the directory is read whole, with every subdirectory",
-				k.scope, strings.TrimPrefix(k.pkg, "data."), prev.File, k.scope)})
+				k.scope, strings.TrimPrefix(k.pkg, "data."), prev, k.scope)})
 		}
 	}
 	return out
