@@ -97,7 +97,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	// Checked before the spec, so that a mistyped flag is not preceded by
 	// the spec's warnings.
 	for _, n := range names {
-		if !slices.Contains(whatif.Names(), n) && n != whatif.Arbiter {
+		if !slices.Contains(whatif.Names(), n) {
 			return fmt.Errorf("--baselines: unknown baseline %q (known: %s)", n, strings.Join(whatif.Names(), ", "))
 		}
 	}
