@@ -85,9 +85,13 @@ func (g *Gate) Arm(lc uint32, victims []uint32, launchOnly bool) error {
 // DefaultSettleGrace is how young a gate that an armed request closed
 // may be for Settle to leave it closed: the time within which the
 // request's first call reaches the daemon and the engine takes the gate
-// over (under a millisecond where the reader wakes per request, up to its
-// poll period, 10 ms, where it does not), with room for a busy node.
-const DefaultSettleGrace = 20 * time.Millisecond
+// over. An armed process is expedited, so that call wakes the reader
+// (200–430 µs on the development guest); the grace leaves ten times that
+// for a busy node. It is short because a gate the engine does not take
+// over (victims that changed between arming and the request) stays
+// closed until a settle finds it older: at a request's end, or else at
+// the next control tick.
+const DefaultSettleGrace = 5 * time.Millisecond
 
 // Settle opens every gate that an armed request closed at least grace ago
 // and Gate has not taken over (a gate Gate closed, or found closed, stays
