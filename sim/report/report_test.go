@@ -272,3 +272,29 @@ func TestTableHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineMarksShow: a context switch of 20 µs in a 50 ms window is
+// well under a pixel; it is drawn at least tlMarkW wide, over the runs
+// beside it, so that the legend's key has something to point at.
+func TestTimelineMarksShow(t *testing.T) {
+	r := &Report{GPUs: 1, Baselines: []Baseline{{Name: "timeslice", Timeline: []sim.Segment{
+		{GPU: 0, PID: 1, Kind: sim.SegmentRun, Start: 0, End: 10_000_000},
+		{GPU: 0, PID: 2, Kind: sim.SegmentSwitch, Start: 10_000_000, End: 10_020_000},
+		{GPU: 0, PID: 2, Kind: sim.SegmentRun, Start: 10_020_000, End: 50_000_000},
+	}}}}
+	var b bytes.Buffer
+	if err := r.WriteTimeline(&b, 50_000_000); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	sw := strings.Index(svg, "<title>context switch to ")
+	last := strings.LastIndex(svg, "<title>2 10.0ms")
+	if sw < 0 || last < 0 || sw < last {
+		t.Fatalf("the switch is not drawn after the runs:\n%s", svg)
+	}
+	rect := svg[strings.LastIndex(svg[:sw], "<rect"):sw]
+	var x, y, w float64
+	if _, err := fmt.Sscanf(rect, `<rect x="%g" y="%g" width="%g"`, &x, &y, &w); err != nil || w < tlMarkW {
+		t.Errorf("switch drawn %q (width %g, %v), want at least %g px", rect, w, err, tlMarkW)
+	}
+}

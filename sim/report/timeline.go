@@ -18,6 +18,8 @@ const (
 
 // Colours of the engine's own work in the timeline.
 const (
+	// tlMarkW is the least width (px) a switch or a save is drawn with.
+	tlMarkW      = 1.5
 	switchColour = "#888"
 	saveColour   = "#000"
 )
@@ -88,19 +90,24 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 			}
 			c.text(10, yy+h/2+4, "start", l.label, fontSize, "")
 			c.rect(x0, yy, tlPlotW, h, `fill="#f4f4f4"`, "")
-			for _, seg := range bl.b.Timeline {
-				if seg.GPU != l.gpu || seg.Start >= window || (l.pid != 0 && seg.PID != l.pid) {
-					continue
+			// Runs first, then switches and saves over them, at least
+			// tlMarkW wide: tens of microseconds are under a pixel of a
+			// window of milliseconds, and would not show between runs.
+			for _, runs := range []bool{true, false} {
+				for _, seg := range bl.b.Timeline {
+					if seg.GPU != l.gpu || seg.Start >= window || (l.pid != 0 && seg.PID != l.pid) || (seg.Kind == sim.SegmentRun) != runs {
+						continue
+					}
+					fill, title, minW := switchColour, "context switch to "+nameOf(bl.b, seg.PID), tlMarkW
+					switch seg.Kind {
+					case sim.SegmentRun:
+						fill, title, minW = colour[seg.PID], nameOf(bl.b, seg.PID), 0.3
+					case sim.SegmentPreempt:
+						fill, title = saveColour, "save of a preempted kernel"
+					}
+					c.rect(x(seg.Start), yy, max(x(seg.End)-x(seg.Start), minW), h, fmt.Sprintf(`fill="%s"`, fill),
+						fmt.Sprintf("%s %s–%s", title, dur(seg.Start), dur(seg.End)))
 				}
-				fill, title := switchColour, "context switch to "+nameOf(bl.b, seg.PID)
-				switch seg.Kind {
-				case sim.SegmentRun:
-					fill, title = colour[seg.PID], nameOf(bl.b, seg.PID)
-				case sim.SegmentPreempt:
-					fill, title = saveColour, "save of a preempted kernel"
-				}
-				c.rect(x(seg.Start), yy, max(x(seg.End)-x(seg.Start), 0.3), h, fmt.Sprintf(`fill="%s"`, fill),
-					fmt.Sprintf("%s %s–%s", title, dur(seg.Start), dur(seg.End)))
 			}
 			yy += h + 2
 		}
