@@ -313,7 +313,7 @@ func (s *sampler) draw(r *rand.Rand) uint64 {
 	case distExp:
 		v = r.ExpFloat64() * s.mean
 	case distLognormal:
-		v = math.Exp(s.exponent(r))
+		v = exp(s.exponent(r))
 	case distUniform:
 		v = s.lo + r.Float64()*(s.hi-s.lo)
 	default:
@@ -344,8 +344,8 @@ func (s *sampler) bound(v float64) uint64 {
 
 // drawInto fills buf with draws, the same values in the same order as
 // calling draw for each. A log-normal's exponentials are taken apart
-// from its normal deviates, a batch at a time: each exponential is a long
-// chain of dependent multiplications, and the deviates depend only on
+// from its normal deviates, a batch at a time: each exponential is a
+// chain of dependent operations, and the deviates depend only on
 // the generator, so the processor overlaps the chains of a batch instead
 // of waiting for each.
 func (s *sampler) drawInto(r *rand.Rand, buf []uint64) {
@@ -361,8 +361,12 @@ func (s *sampler) drawInto(r *rand.Rand, buf []uint64) {
 		for i := range n {
 			xs[i] = s.exponent(r)
 		}
-		for i := range n {
-			xs[i] = math.Exp(xs[i])
+		for i, x := range xs[:n] {
+			if x > -expLimit && x < expLimit {
+				xs[i] = expNear(x)
+			} else {
+				xs[i] = math.Exp(x)
+			}
 		}
 		for i := range n {
 			buf[i] = s.bound(xs[i])
