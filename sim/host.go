@@ -65,15 +65,26 @@ type Op struct {
 // Burst supplies the kernel durations of a burst launched without them
 // (Op.Burst).
 type Burst interface {
-	// Kernels returns the durations of the burst's first kernels in
-	// launch order: at least n of them (1 ≤ n ≤ Count), at most Count,
-	// none zero; all Count sum to the Op's Dur. The simulator asks for
-	// more as it needs them, n growing from one call to the next; a
-	// program may answer with more than asked. It asks only while the
-	// burst's kernels are queued: the program must be able to answer
-	// until a synchronization after the launch has returned, and must not
-	// change what it returned before then.
-	Kernels(n int) []uint64
+	// Start returns where the simulator may begin asking for durations
+	// (Kernels) to find the kernel in progress w ns of work into the
+	// burst: a kernel first at or before that one, and before, the sum of
+	// the durations of the kernels before first. 0, 0 is always right; a
+	// program that can draw a burst's kernels from part way (it kept
+	// where its generator was at some of them) answers with a later one,
+	// and saves drawing those before it.
+	Start(w uint64) (first int, before uint64)
+	// Kernels returns the durations of the burst's kernels from kernel
+	// first on, in launch order: at least n of them (1 ≤ n ≤
+	// Count−first), at most Count−first, none zero; all Count sum to the
+	// Op's Dur. first is 0 or a kernel Start returned. The simulator asks
+	// for more as it needs them, n growing from one call to the next with
+	// the same first; a program may answer with more than asked. It asks
+	// only while the burst's kernels are queued: the program must be able
+	// to answer until a synchronization after the launch has returned,
+	// and must not change what it returned for a first before then,
+	// except once the simulator has asked for another first (it holds
+	// the durations from one first at a time).
+	Kernels(first, n int) []uint64
 }
 
 // Program is a simulated process's host program. Next is called whenever
@@ -120,9 +131,11 @@ type item struct {
 	dur  uint64 // kernels: exclusive duration, summed; copy: modelled duration
 	left uint64 // kernel work left (ns of exclusive time)
 	// durs holds a burst's kernel durations, or, for one launched by its
-	// total (Op.Burst), those of its first kernels asked for so far from
-	// lazy, which sum to sum.
+	// total (Op.Burst), those asked for so far from lazy: of the kernels
+	// from base on, the work of all kernels before base+len(durs) being
+	// sum.
 	durs []uint64
+	base uint32
 	kend uint64 // a burst's work at the end of kernel ki (0: not yet known)
 	lazy Burst
 	sum  uint64
@@ -132,52 +145,94 @@ type item struct {
 // seek moves a burst's cursor to the kernel in progress: the first that
 // has not ended.
 func (it *item) seek() {
+	done := it.dur - it.left
+	if it.lazy != nil && it.kend <= done {
+		it.skip(done)
+	}
 	if it.kend == 0 {
 		it.kend = it.kernel(0)
 	}
-	done := it.dur - it.left
 	for int(it.ki)+1 < int(it.n) && it.kend <= done {
 		it.ki++
 		it.kend += it.kernel(int(it.ki))
 	}
 }
 
-// kernel returns the duration of the burst's kernel i, asking for more of
-// them if it was launched by its total.
+// skip moves the cursor of a burst launched by its total, which is
+// behind the kernel in progress at done, to where lazy can start drawing
+// durations, if that is further on.
+func (it *item) skip(done uint64) {
+	first, before := it.lazy.Start(done)
+	if first == 0 || (it.kend > 0 && first <= int(it.ki)+1) {
+		return
+	}
+	// Each kernel lasts at least 1 ns: those before first took at least
+	// first ns (and as long as the kernels known to end before them),
+	// those from it on at least Count−first.
+	least := uint64(first)
+	if it.kend > 0 {
+		least = it.kend + uint64(first-int(it.ki)-1)
+	}
+	if first >= int(it.n) || before > done || before < least || it.dur-before < uint64(int(it.n)-first) {
+		it.err = fmt.Errorf("a burst of %d kernels summing to %v said kernel %d starts %v into it, which does not fit it (%v of its work done)",
+			it.n, time.Duration(it.dur), first, time.Duration(before), time.Duration(done))
+		it.lazy = nil
+		it.fallback()
+		return
+	}
+	it.base, it.durs, it.sum = uint32(first), nil, before
+	it.ki = uint32(first)
+	it.kend = before + it.kernel(first)
+}
+
+// kernel returns the duration of the burst's kernel i (i ≥ base), asking
+// for more of them if it was launched by its total.
 func (it *item) kernel(i int) uint64 {
-	if i >= len(it.durs) {
+	if i-int(it.base) >= len(it.durs) {
 		it.more(i + 1)
 	}
-	return it.durs[i]
+	return it.durs[i-int(it.base)]
 }
 
 // more asks a burst launched by its total for the durations of at least
-// its first n kernels, and checks them against the launch. Durations that
-// do not fit are replaced by ones that do (the whole total in the first
-// kernel), and err is set for the simulator to fail the run.
+// its kernels before n, from base, and checks them against the launch.
+// Durations that do not fit are replaced by ones that do (the whole total
+// in the first kernel), and err is set for the simulator to fail the run.
 func (it *item) more(n int) {
 	if it.lazy != nil {
-		durs := it.lazy.Kernels(n)
-		ok := len(durs) >= n && len(durs) <= int(it.n)
+		base := int(it.base)
+		durs := it.lazy.Kernels(base, n-base)
+		ok := len(durs) >= n-base && base+len(durs) <= int(it.n)
 		sum := it.sum
 		for i := len(it.durs); ok && i < len(durs); i++ {
 			ok = durs[i] > 0
 			sum += durs[i]
 		}
-		if left := uint64(int(it.n) - len(durs)); ok && (sum > it.dur || it.dur-sum < left || (left == 0 && sum != it.dur)) {
+		if left := uint64(int(it.n) - base - len(durs)); ok && (sum > it.dur || it.dur-sum < left || (left == 0 && sum != it.dur)) {
 			ok = false
 		}
 		if ok {
 			it.durs, it.sum = durs, sum
 			return
 		}
-		it.err = fmt.Errorf("a burst of %d kernels summing to %v gave durations that do not fit it (%d of them summing to %v, none may be zero)",
-			it.n, time.Duration(it.dur), len(durs), time.Duration(sum))
+		from := ""
+		if base > 0 {
+			from = fmt.Sprintf(" from kernel %d on, with those before it,", base)
+		}
+		it.err = fmt.Errorf("a burst of %d kernels summing to %v gave durations that do not fit it (%d of them%s summing to %v, none may be zero)",
+			it.n, time.Duration(it.dur), len(durs), from, time.Duration(sum))
 		it.lazy = nil
 	}
+	it.fallback()
+}
+
+// fallback replaces a burst's durations that do not fit it by ones that
+// do, for the rest of a run that has failed: the whole total in the first
+// kernel.
+func (it *item) fallback() {
 	durs := make([]uint64, it.n)
 	durs[0] = it.dur
-	it.durs = durs
+	it.durs, it.base = durs, 0
 }
 
 // toKernelEnd is the work left in the kernel in flight.
@@ -200,7 +255,7 @@ func (it *item) atBoundary() bool {
 		return false
 	}
 	it.seek()
-	return it.kend-it.durs[it.ki] == done
+	return it.kend-it.durs[it.ki-it.base] == done
 }
 
 // kernelsDone counts the item's kernels that have ended and their work.
@@ -212,7 +267,7 @@ func (it *item) kernelsDone() (n, work uint64) {
 		return 0, 0
 	}
 	it.seek()
-	return uint64(it.ki), it.kend - it.durs[it.ki]
+	return uint64(it.ki), it.kend - it.durs[it.ki-it.base]
 }
 
 // proc is a simulated process: host state, stream, channel group.

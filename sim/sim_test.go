@@ -409,23 +409,54 @@ func TestGate(t *testing.T) {
 
 // lazyBurst hands over a burst's durations only when asked (Op.Burst),
 // all of them or, if exact, as many as asked for, counting the times it
-// was asked and checking that each asks for more than the last.
+// was asked and checking that each asks for more than the last from the
+// same kernel, and only from kernels it offered. With every set, it
+// offers to start from every every-th kernel (Burst.Start).
 type lazyBurst struct {
 	durs   []uint64
 	exact  bool
+	every  int
 	asked  int
+	skips  int // answers to Start past the first kernel
+	first  int
 	last   int
 	shrank bool
+	bad    bool // asked from a kernel it did not offer
 }
 
-func (b *lazyBurst) Kernels(n int) []uint64 {
+func (b *lazyBurst) Start(w uint64) (int, uint64) {
+	if b.every == 0 {
+		return 0, 0
+	}
+	first, before := 0, uint64(0)
+	for i, d := range b.durs {
+		if i%b.every == 0 && before <= w {
+			first = i
+		}
+		before += d
+	}
+	before = 0
+	for _, d := range b.durs[:first] {
+		before += d
+	}
+	if first > 0 {
+		b.skips++
+	}
+	return first, before
+}
+
+func (b *lazyBurst) Kernels(first, n int) []uint64 {
 	b.asked++
+	b.bad = b.bad || (first != 0 && (b.every == 0 || first%b.every != 0))
+	if first != b.first {
+		b.first, b.last = first, 0
+	}
 	b.shrank = b.shrank || n <= b.last
 	b.last = n
 	if b.exact {
-		return b.durs[:n]
+		return b.durs[first : first+n]
 	}
-	return b.durs
+	return b.durs[first:]
 }
 
 // TestBurstEqualsLaunches: kernels handed over as one burst (Op.Durs), or
@@ -444,6 +475,7 @@ func TestBurstEqualsLaunches(t *testing.T) {
 		eager
 		lazy
 		exact
+		skipping
 	)
 	one := func(how int, bursts *[]*lazyBurst) Program {
 		sc := &script{}
@@ -451,8 +483,11 @@ func TestBurstEqualsLaunches(t *testing.T) {
 			switch how {
 			case eager:
 				sc.ops = append(sc.ops, Op{Kind: OpKernel, Durs: durs})
-			case lazy, exact:
-				b := &lazyBurst{durs: durs, exact: how == exact}
+			case lazy, exact, skipping:
+				b := &lazyBurst{durs: durs, exact: how != lazy}
+				if how == skipping {
+					b.every = 2
+				}
 				*bursts = append(*bursts, b)
 				sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: total, Count: uint32(len(durs)), Burst: b})
 			default:
@@ -464,9 +499,10 @@ func TestBurstEqualsLaunches(t *testing.T) {
 		}
 		return sc
 	}
+	totalSkips := 0
 	for _, mode := range []Mode{ModeTimeslice, ModeSpatial, ModePriority} {
 		for _, gran := range []Granularity{GranularityInstruction, GranularityBlock, GranularityKernel} {
-			var got [4]string
+			var got [5]string
 			var bursts []*lazyBurst
 			for how := range got {
 				s, _ := mustSim(t, &Options{Mode: mode, Granularity: gran, Timeslice: 500 * time.Microsecond},
@@ -492,7 +528,10 @@ func TestBurstEqualsLaunches(t *testing.T) {
 			if got[single] != got[exact] {
 				t.Errorf("%v/%v: lazy burst answering as asked differs from single launches:\n%s\n%s", mode, gran, got[single], got[exact])
 			}
-			asked := 0
+			if got[single] != got[skipping] {
+				t.Errorf("%v/%v: lazy burst starting part way differs from single launches:\n%s\n%s", mode, gran, got[single], got[skipping])
+			}
+			asked, skips := 0, 0
 			for _, b := range bursts {
 				if !b.exact && b.asked > 1 {
 					t.Errorf("%v/%v: a lazy burst that gave all its durations was asked %d times, want at most once", mode, gran, b.asked)
@@ -500,12 +539,20 @@ func TestBurstEqualsLaunches(t *testing.T) {
 				if b.shrank {
 					t.Errorf("%v/%v: a lazy burst was asked for no more than the time before", mode, gran)
 				}
+				if b.bad {
+					t.Errorf("%v/%v: a lazy burst was asked for durations from a kernel it did not offer", mode, gran)
+				}
 				if b.asked > 0 {
 					asked++
 				}
+				skips += b.skips
 			}
-			t.Logf("%v/%v: %d of %d lazy bursts asked for their durations", mode, gran, asked, len(bursts))
+			t.Logf("%v/%v: %d of %d lazy bursts asked for their durations, %d started part way", mode, gran, asked, len(bursts), skips)
+			totalSkips += skips
 		}
+	}
+	if totalSkips == 0 {
+		t.Error("no lazy burst was asked to start part way: the test does not reach Burst.Start")
 	}
 }
 
@@ -635,22 +682,41 @@ func TestLazyBurstUnasked(t *testing.T) {
 	}
 }
 
+// badStart is a lazy burst that offers to start from its third kernel
+// with a sum before it that does not fit the launch.
+type badStart struct{ *lazyBurst }
+
+func (b badStart) Start(uint64) (int, uint64) { return 2, 900 * us }
+
 // TestLazyBurstMismatch: a burst whose durations do not add up to what
-// was launched fails the run, naming the process.
+// was launched fails the run, naming the process, whether it hands them
+// over from the first kernel or from part way.
 func TestLazyBurstMismatch(t *testing.T) {
-	for name, durs := range map[string][]uint64{
-		"sum":   {300 * us, 450 * us, 100 * us},
-		"count": {300 * us, 570 * us},
-		"zero":  {300 * us, 570 * us, 0},
+	for name, c := range map[string]struct {
+		durs  []uint64
+		every int
+		bad   bool
+	}{
+		"sum":           {durs: []uint64{300 * us, 450 * us, 100 * us}},
+		"count":         {durs: []uint64{300 * us, 570 * us}},
+		"zero":          {durs: []uint64{300 * us, 570 * us, 0}},
+		"sum part way":  {durs: []uint64{300 * us, 450 * us, 100 * us}, every: 1},
+		"zero part way": {durs: []uint64{300 * us, 570 * us, 0}, every: 1},
+		"start":         {durs: []uint64{300 * us, 450 * us, 120 * us}, bad: true},
 	} {
-		b := &lazyBurst{durs: durs}
+		var b Burst = &lazyBurst{durs: c.durs, every: c.every}
+		if c.bad {
+			b = badStart{b.(*lazyBurst)}
+		}
 		sc := &script{ops: []Op{{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: b}, {Kind: OpSync}}}
 		s, _ := mustSim(t, &Options{Mode: ModePriority},
 			Process{Name: "BE", Program: sc},
-			Process{Name: "LC", Class: ClassLC, Program: &script{ops: []Op{{Kind: OpSleep, Dur: 400 * us}, {Kind: OpKernel, Dur: 10 * us}, {Kind: OpSync}}}})
+			Process{Name: "LC", Class: ClassLC, Program: &script{ops: []Op{{Kind: OpSleep, Dur: 800 * us}, {Kind: OpKernel, Dur: 10 * us}, {Kind: OpSync}}}})
 		err := s.Run(context.Background(), uint64(time.Second))
 		if err == nil || !strings.Contains(err.Error(), "process BE") || !strings.Contains(err.Error(), "a burst of 3 kernels") {
 			t.Errorf("%s: got %v, want the run to fail naming process BE and its burst", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
 		}
 	}
 }

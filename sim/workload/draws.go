@@ -26,8 +26,11 @@ import (
 // in a table kept until every run reading it has passed, and hands its
 // bursts to the simulator by their totals (sim.Op.Burst). Only if the
 // simulator needs a burst's kernels one by one (a preemption in the
-// middle of it) are they drawn again, as far as it needs them, and kept
-// for a while for the runs close by, which meet the same preemptions. A
+// middle of it) are they drawn again, as far as it needs them: from the
+// nearest mark before the kernel in flight, where the summary keeps the
+// generator and the work before it, or, before the first mark, from the
+// key's first draw, kept for a while for the runs close by, which meet
+// the same preemptions. A
 // simulation that finds none of these (it lags too far, or ran alone)
 // draws them itself: the values are the same either way, so sharing
 // changes no result, only the work. Safe for concurrent use; use
@@ -38,10 +41,10 @@ type Draws struct {
 }
 
 // streamKey names a stream of draws: its workload and the width of its
-// summaries (fixed by the workload's spec).
+// summaries and marks (fixed by the workload's spec).
 type streamKey struct {
-	id    uint64
-	width int
+	id           uint64
+	width, marks int
 }
 
 // drawStream is one workload's draws: recent ones in full, the first
@@ -56,18 +59,18 @@ type drawStream struct {
 // NewDraws returns an empty cache.
 func NewDraws() *Draws { return &Draws{streams: map[streamKey]*drawStream{}} }
 
-// stream returns the stream id with summaries of width values (nil for a
-// nil *Draws).
-func (d *Draws) stream(id uint64, width int) *drawStream {
+// stream returns the stream id with summaries of width values and marks
+// marks per key (nil for a nil *Draws).
+func (d *Draws) stream(id uint64, width, marks int) *drawStream {
 	if d == nil {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k := streamKey{id, width}
+	k := streamKey{id, width, marks}
 	st := d.streams[k]
 	if st == nil {
-		st = &drawStream{sums: sumTable{width: width, chunks: map[uint64]*sumChunk{}}}
+		st = &drawStream{sums: sumTable{width: width, marks: marks, chunks: map[uint64]*sumChunk{}}}
 		d.streams[k] = st
 	}
 	return st
@@ -120,12 +123,17 @@ type partRing struct {
 // partEntry is a key's first draws, drawn again as far as runs asked.
 type partEntry struct {
 	key, check uint64
+	n          int // the key's draws
 
 	mu   sync.Mutex
-	vals []uint64 // the draws so far; cap: all of the key's
+	vals []uint64 // the draws so far
 	pcg  rand.PCG
-	rng  *rand.Rand // draws from pcg, which is where vals left it
+	rng  rand.Rand // draws from pcg, which is where vals left it
 }
+
+// partFirst is how many draws a partEntry has room for at first: most are
+// asked for no more than a burst's kernels before its first mark.
+const partFirst = 2 * burstChunk
 
 // get returns the entry of key (and check), making it if none is kept.
 // The slot goes to the newest key; a run whose entry lost its slot draws
@@ -133,14 +141,14 @@ type partEntry struct {
 func (r *partRing) get(key, check uint64, n int, seed seedFunc) *partEntry {
 	slot := &r.slots[key%partKeep]
 	old := slot.Load()
-	if old != nil && old.key == key && old.check == check && cap(old.vals) == n {
+	if old != nil && old.key == key && old.check == check && old.n == n {
 		return old
 	}
-	e := &partEntry{key: key, check: check, vals: make([]uint64, 0, n)}
+	e := &partEntry{key: key, check: check, n: n, vals: make([]uint64, 0, min(n, partFirst))}
 	seed(&e.pcg, key, check)
-	e.rng = rand.New(&e.pcg)
+	e.rng = *rand.New(&e.pcg)
 	if !slot.CompareAndSwap(old, e) {
-		if cur := slot.Load(); cur != nil && cur.key == key && cur.check == check && cap(cur.vals) == n {
+		if cur := slot.Load(); cur != nil && cur.key == key && cur.check == check && cur.n == n {
 			return cur
 		}
 	}
@@ -150,13 +158,18 @@ func (r *partRing) get(key, check uint64, n int, seed seedFunc) *partEntry {
 // upTo returns the key's first draws, at least want of them (or as many
 // as there are), drawing more with runs if needed: a chunk past want, up
 // to limit (the end of the burst asked about). The slice returned is not
-// changed later: more draws go past its end.
+// changed later: more draws go past its end, or into a larger copy.
 func (e *partEntry) upTo(want, limit int, runs []drawRun) []uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.vals) < want {
-		m := min(max(want, len(e.vals)+burstChunk), max(limit, want), cap(e.vals))
-		e.vals = drawTo(runs, e.rng, e.vals, m)
+		m := min(max(want, len(e.vals)+burstChunk), max(limit, want), e.n)
+		if m > cap(e.vals) {
+			vals := make([]uint64, len(e.vals), min(max(m, 2*cap(e.vals)), e.n))
+			copy(vals, e.vals)
+			e.vals = vals
+		}
+		e.vals = drawTo(runs, &e.rng, e.vals, m)
 	}
 	return e.vals
 }
@@ -174,7 +187,7 @@ const sumMaxChunks = 64
 // sumTable keeps the summaries of one stream, in chunks of consecutive
 // keys, until every run reading the stream has passed them.
 type sumTable struct {
-	width int
+	width, marks int
 
 	mu      sync.Mutex
 	chunks  map[uint64]*sumChunk // by key / sumChunkKeys
@@ -187,6 +200,16 @@ type sumTable struct {
 type sumChunk struct {
 	state [sumChunkKeys]atomic.Uint32 // per key: 0 empty, 1 being written, 2 written
 	vals  []uint64                    // per key: its check, then width values
+	marks []mark                      // per key: its marks
+}
+
+// mark is where a key's generator was at a kernel part way through a
+// burst (keyed.draw places them), and the work of the burst's kernels
+// before it: the burst's kernels from there on can be drawn again
+// without those before.
+type mark struct {
+	pcg    rand.PCG
+	before uint64
 }
 
 const (
@@ -227,7 +250,7 @@ func (r *sumReader) chunk(key uint64, create bool) *sumChunk {
 	defer t.mu.Unlock()
 	c := t.chunks[n]
 	if c == nil && create {
-		c = &sumChunk{vals: make([]uint64, sumChunkKeys*(1+t.width))}
+		c = &sumChunk{vals: make([]uint64, sumChunkKeys*(1+t.width)), marks: make([]mark, sumChunkKeys*t.marks)}
 		t.chunks[n] = c
 	}
 	r.c = c
@@ -267,37 +290,39 @@ func (r *sumReader) pass(key uint64) {
 	}
 }
 
-// get returns the summary of key if kept (nil if not). The slice returned
-// must not be modified.
-func (r *sumReader) get(key, check uint64) []uint64 {
+// get returns the summary and the marks of key if kept (nil if not).
+// The slices returned must not be modified.
+func (r *sumReader) get(key, check uint64) ([]uint64, []mark) {
 	c := r.chunk(key, false)
 	if c == nil {
-		return nil
+		return nil, nil
 	}
-	i := key % sumChunkKeys
+	i := int(key % sumChunkKeys)
 	if c.state[i].Load() != slotWritten {
-		return nil
+		return nil, nil
 	}
 	w := 1 + r.t.width
-	v := c.vals[int(i)*w : int(i+1)*w : int(i+1)*w]
+	v := c.vals[i*w : (i+1)*w : (i+1)*w]
 	if v[0] != check {
-		return nil
+		return nil, nil
 	}
-	return v[1:]
+	m := r.t.marks
+	return v[1:], c.marks[i*m : (i+1)*m : (i+1)*m]
 }
 
-// put keeps sum as the summary of key, unless another run got there
-// first (with the same values: they are drawn from the same seed).
-func (r *sumReader) put(key, check uint64, sum []uint64) {
+// put keeps sum and marks as the summary of key, unless another run got
+// there first (with the same values: they are drawn from the same seed).
+func (r *sumReader) put(key, check uint64, sum []uint64, marks []mark) {
 	c := r.chunk(key, true)
-	i := key % sumChunkKeys
+	i := int(key % sumChunkKeys)
 	if !c.state[i].CompareAndSwap(slotEmpty, slotWriting) {
 		return
 	}
 	w := 1 + r.t.width
-	v := c.vals[int(i)*w : int(i+1)*w]
+	v := c.vals[i*w : (i+1)*w]
 	v[0] = check
 	copy(v[1:], sum)
+	copy(c.marks[i*r.t.marks:(i+1)*r.t.marks], marks)
 	c.state[i].Store(slotWritten)
 }
 

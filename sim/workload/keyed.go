@@ -13,6 +13,42 @@ import (
 type segment struct {
 	off, n int
 	burst  bool
+
+	// A long burst's marks (placeMarks sets them): one at every
+	// every-th kernel after the first, marks of them, the first at mark0
+	// among the key's marks. run is the drawRun that draws the burst.
+	every, marks, mark0, run int
+}
+
+// markEvery is the fewest kernels between two marks of a burst, and
+// markMost the most marks a key has: a preemption far into a burst
+// launched by its total draws its kernels again from the mark before it,
+// at most max(markEvery, burst/(marks+1)) of them, where it would draw
+// all those before. Each mark costs 24 bytes of a key's summary, and a
+// stream keeps up to sumMaxChunks·sumChunkKeys summaries (48 MiB of
+// marks at most).
+const (
+	markEvery = 16
+	markMost  = 8
+)
+
+// placeMarks sets the marks of shape's bursts, each drawn by the run of
+// runs at its offset, the first bursts first while the key has marks
+// left, and returns how many a key has.
+func placeMarks(shape []segment, runs []drawRun) int {
+	marks, off := 0, 0
+	for r, run := range runs {
+		for i := range shape {
+			s := &shape[i]
+			if left := markMost - marks; s.burst && s.off == off && s.n == run.n && s.n > markEvery && left > 0 {
+				s.every = max(markEvery, (s.n+left)/(left+1))
+				s.marks, s.mark0, s.run = (s.n-1)/s.every, marks, r
+				marks += s.marks
+			}
+		}
+		off += run.n
+	}
+	return marks
 }
 
 // seedFunc seeds a generator for a key's draws.
@@ -32,13 +68,20 @@ type keyed struct {
 	st     *drawStream // nil: draws alone
 	rd     *sumReader
 	bursts []keyedBurst // per segment, for sim.Op.Burst
+	// markedBy holds, per run, the burst with marks it draws (nil if
+	// none); marks is where draw places a key's marks.
+	markedBy []*segment
+	marks    []mark
 
 	key, check uint64
 	// full holds the key's draws, nil while only its summary is at hand;
 	// sum holds, per segment, a burst's total or the single draw (when
-	// shared); part holds the key's first draws, drawn again (with the
-	// runs close by) as far as the simulator asked for a burst's kernels.
+	// shared), and mark the marks of its bursts with the summary; part
+	// holds the key's first draws, drawn again (with the runs close by)
+	// as far as the simulator asked for a burst's kernels before its
+	// first mark.
 	full, sum []uint64
+	mark      []mark
 	part      *partEntry
 	buf       []uint64 // drawn alone
 }
@@ -49,13 +92,20 @@ type keyed struct {
 const burstChunk = 32
 
 // newKeyed returns the draws of a program whose keys have the given
-// shape, drawn from runs once seeded by seed, shared through st if not
-// nil.
+// shape, its marks placed (placeMarks), drawn from runs once seeded by
+// seed, shared through st, if not nil, whose summaries have room for as
+// many marks.
 func newKeyed(shape []segment, runs []drawRun, seed seedFunc, st *drawStream) *keyed {
 	k := &keyed{shape: shape, runs: runs, seed: seed, st: st}
 	k.rng = rand.New(&k.pcg)
 	for _, r := range runs {
 		k.n += r.n
+	}
+	k.markedBy = make([]*segment, len(runs))
+	for i := range shape {
+		if s := &shape[i]; s.marks > 0 {
+			k.markedBy[s.run] = s
+		}
 	}
 	k.bursts = make([]keyedBurst, len(shape))
 	for i := range k.bursts {
@@ -63,6 +113,7 @@ func newKeyed(shape []segment, runs []drawRun, seed seedFunc, st *drawStream) *k
 	}
 	if st != nil {
 		k.rd = st.sums.reader()
+		k.marks = make([]mark, st.sums.marks)
 	}
 	return k
 }
@@ -81,19 +132,19 @@ func (k *keyed) load(key, check uint64) {
 		k.full = drawTo(k.runs, k.rng, k.buf[:0], k.n)
 		return
 	}
-	k.part = nil
+	k.part, k.mark = nil, nil
 	if e := k.st.full.get(key, check, k.n); e != nil {
 		k.full, k.sum = e.vals, e.sum
 		k.rd.pass(key)
 		return
 	}
-	if k.sum = k.rd.get(key, check); k.sum != nil {
+	if k.sum, k.mark = k.rd.get(key, check); k.sum != nil {
 		k.full = nil
 		return
 	}
 	e := k.draw()
 	k.full, k.sum = e.vals, e.sum
-	k.rd.put(key, check, e.sum)
+	k.rd.put(key, check, e.sum, k.marks)
 }
 
 // draw draws the current key's values and summary, and keeps them for
@@ -103,7 +154,8 @@ func (k *keyed) draw() *drawEntry {
 	buf := make([]uint64, k.n+w)
 	e := &drawEntry{key: k.key, check: k.check, sum: buf[k.n:]}
 	k.seed(&k.pcg, k.key, k.check)
-	e.vals = drawTo(k.runs, k.rng, buf[:0:k.n], k.n)
+	e.vals = buf[:k.n:k.n]
+	k.drawMarked(e.vals)
 	for i, s := range k.shape {
 		v := e.vals[s.off]
 		if s.burst {
@@ -116,6 +168,33 @@ func (k *keyed) draw() *drawEntry {
 	}
 	k.st.full.put(e)
 	return e
+}
+
+// drawMarked draws the current key's values into vals (k.n of them),
+// from k.rng seeded for the key, and places its marks in k.marks.
+func (k *keyed) drawMarked(vals []uint64) {
+	off := 0
+	for r, run := range k.runs {
+		v := vals[off : off+run.n]
+		off += run.n
+		s := k.markedBy[r]
+		if s == nil {
+			run.s.drawInto(k.rng, v)
+			continue
+		}
+		var before uint64
+		for m, at := 0, 0; at < run.n; m++ {
+			if m > 0 {
+				k.marks[s.mark0+m-1] = mark{pcg: k.pcg, before: before}
+			}
+			next := min(at+s.every, run.n)
+			run.s.drawInto(k.rng, v[at:next])
+			for _, d := range v[at:next] {
+				before += d
+			}
+			at = next
+		}
+	}
 }
 
 // drawTo extends vals, a key's first draws from runs with rng where they
@@ -166,13 +245,43 @@ func (k *keyed) single(i int) uint64 {
 type keyedBurst struct {
 	k   *keyed
 	seg int
+
+	// The burst's kernels from mark kernel winFirst of key (winKey,
+	// winCheck) on, drawn again from the mark's generator as far as
+	// asked.
+	win              []uint64
+	winFirst         int
+	winKey, winCheck uint64
+	pcg              rand.PCG
+	rng              *rand.Rand // draws from pcg
+}
+
+// windowChunk is how many more of a burst's kernels are drawn from a mark
+// at a time when the simulator asks for them.
+const windowChunk = 4
+
+// Start implements sim.Burst: the latest mark at or before w ns of work
+// into the burst, when only the key's summary is at hand.
+func (b *keyedBurst) Start(w uint64) (first int, before uint64) {
+	k, s := b.k, &b.k.shape[b.seg]
+	if k.full != nil || k.mark == nil {
+		return 0, 0
+	}
+	for j, m := range k.mark[s.mark0 : s.mark0+s.marks] {
+		if m.before > w {
+			break
+		}
+		first, before = (j+1)*s.every, m.before
+	}
+	return first, before
 }
 
 // Kernels implements sim.Burst: the burst's durations from the key's
 // draws in full (this run's, or those of a run close by), else drawn
-// again as far as asked, a chunk at a time, with the runs close by,
-// which meet the same preemptions.
-func (b *keyedBurst) Kernels(n int) []uint64 {
+// again as far as asked: from a mark (Start), or from the key's first
+// draw, a chunk at a time, with the runs close by, which meet the same
+// preemptions.
+func (b *keyedBurst) Kernels(first, n int) []uint64 {
 	k, s := b.k, b.k.shape[b.seg]
 	if k.full == nil {
 		if e := k.st.full.get(k.key, k.check, k.n); e != nil {
@@ -180,17 +289,43 @@ func (b *keyedBurst) Kernels(n int) []uint64 {
 		}
 	}
 	if k.full != nil {
-		return k.full[s.off : s.off+s.n : s.off+s.n]
+		return k.full[s.off+first : s.off+s.n : s.off+s.n]
+	}
+	if first > 0 && k.mark != nil && s.every > 0 && first%s.every == 0 && first/s.every <= s.marks {
+		return b.window(first, n)
 	}
 	if k.part == nil {
 		k.part = k.st.parts.get(k.key, k.check, k.n, k.seed)
 	}
-	vals := k.part.upTo(s.off+n, s.off+s.n, k.runs)
+	vals := k.part.upTo(s.off+first+n, s.off+s.n, k.runs)
 	if len(vals) == k.n {
 		// Drawn in full: the runs that load the key next need nothing more.
 		k.full = vals
 		k.st.full.put(&drawEntry{key: k.key, check: k.check, vals: vals, sum: k.sum})
 	}
 	end := min(len(vals), s.off+s.n)
-	return vals[s.off:end:end]
+	return vals[s.off+first : end : end]
+}
+
+// window returns the burst's kernels from mark kernel first on, at least
+// n of them, drawn again from the mark. Asked from another mark or key,
+// it draws into the same memory: the simulator has let go of what it
+// returned before.
+func (b *keyedBurst) window(first, n int) []uint64 {
+	k, s := b.k, &b.k.shape[b.seg]
+	if b.rng == nil {
+		b.rng = rand.New(&b.pcg)
+		b.win = make([]uint64, 0, s.n)
+	}
+	if first != b.winFirst || k.key != b.winKey || k.check != b.winCheck || len(b.win) == 0 {
+		b.pcg = k.mark[s.mark0+first/s.every-1].pcg
+		b.win = b.win[:0]
+		b.winFirst, b.winKey, b.winCheck = first, k.key, k.check
+	}
+	if have := len(b.win); have < n {
+		m := min(max(n, have+windowChunk), s.n-first)
+		b.win = b.win[:m]
+		k.runs[s.run].s.drawInto(b.rng, b.win[have:m])
+	}
+	return b.win
 }

@@ -129,6 +129,7 @@ func (f *File) workloads() ([]Workload, error) {
 		}
 		steps := compileSteps(lc.Request)
 		order, shape := drawOrder(steps), shapeOf(steps)
+		marks := placeMarks(shape, order)
 		pending := lc.MaxPending
 		if pending == 0 {
 			pending = defaultPending
@@ -158,7 +159,7 @@ func (f *File) workloads() ([]Workload, error) {
 				newDispatcher: newDispatcher,
 				newProgram: func(seed, _ uint64, d *dispatcher, draws *Draws) sim.Program {
 					p := &lcProgram{d: d, stream: h, steps: steps}
-					p.draws = newKeyed(shape, order, p.seed, draws.stream(streamID(lc.Name, false), len(shape)))
+					p.draws = newKeyed(shape, order, p.seed, draws.stream(streamID(lc.Name, false), len(shape), marks))
 					return p
 				},
 			})
@@ -183,7 +184,8 @@ func (f *File) workloads() ([]Workload, error) {
 				if gap != nil {
 					shape, runs = append(shape, segment{off: every, n: 1}), append(runs, drawRun{gap, 1})
 				}
-				p.draws = newKeyed(shape, runs, p.seed, draws.stream(streamID(be.Name, true), len(shape)))
+				marks := placeMarks(shape, runs)
+				p.draws = newKeyed(shape, runs, p.seed, draws.stream(streamID(be.Name, true), len(shape), marks))
 				return p
 			},
 		})

@@ -15,7 +15,7 @@ func opString(op sim.Op) string {
 	switch op.Kind {
 	case sim.OpKernel:
 		if op.Burst != nil {
-			durs := op.Burst.Kernels(int(op.Count))
+			durs := op.Burst.Kernels(0, int(op.Count))
 			var sum uint64
 			for _, d := range durs {
 				sum += d
@@ -332,7 +332,9 @@ func TestUniformArrivals(t *testing.T) {
 // exactly the operations of programs that draw alone, whichever draws
 // first, for LC requests and BE cycles: a program close behind the first
 // reads the draws in full, one far behind (more keys than are kept in
-// full) reads their summaries and launches bursts by their totals.
+// full) reads their summaries and launches bursts by their totals, whose
+// kernels it draws again from their marks, or from their first, as far
+// as asked.
 func TestSharedDraws(t *testing.T) {
 	spec := `
 gpus: 1
@@ -356,8 +358,9 @@ be:
 		t.Fatal(err)
 	}
 	// ops runs a program for n operations (or to its end), listing them;
-	// summarized counts the bursts launched from a summary alone.
-	summarized := 0
+	// summarized counts the bursts launched from a summary alone, marked
+	// the kernels asked for from a mark.
+	summarized, marked := 0, 0
 	ops := func(p sim.Program, n int) string {
 		var b strings.Builder
 		now := uint64(0)
@@ -371,12 +374,49 @@ be:
 				// burst launched from its summary draws only those again,
 				// and they begin what it gives when asked for all.
 				summarized++
-				first := slices.Clone(op.Burst.Kernels(1))
+				// Asked where to start for a preemption w ns into it, it
+				// offers a mark at or before w (or its first kernel), and
+				// the kernels from there.
+				type window struct {
+					w, before uint64
+					first     int
+					durs      []uint64
+				}
+				var windows []window
+				prev := 0
+				for _, w := range []uint64{op.Dur - 1, op.Dur / 2, op.Dur / 3, 0} {
+					first, before := op.Burst.Start(w)
+					if first == 0 {
+						if before != 0 {
+							t.Fatalf("at %d ns: from the first kernel, %d ns before it", w, before)
+						}
+						continue
+					}
+					marked++
+					// From a mark not asked from before, it draws a chunk.
+					if one := op.Burst.Kernels(first, 1); len(one) < 1 || len(one) > int(op.Count)-first || first != prev && len(one) > windowChunk {
+						t.Fatalf("asked for 1 of %d kernels from kernel %d, got %d", op.Count, first, len(one))
+					}
+					prev = first
+					windows = append(windows, window{w, before, first, slices.Clone(op.Burst.Kernels(first, int(op.Count)-first))})
+				}
+				first := slices.Clone(op.Burst.Kernels(0, 1))
 				if len(first) < 1 || len(first) > int(op.Count) || len(first) == int(op.Count) && op.Count > burstChunk {
 					t.Fatalf("asked for 1 of %d kernels, got %d", op.Count, len(first))
 				}
-				if all := op.Burst.Kernels(int(op.Count)); !slices.Equal(first, all[:len(first)]) {
+				all := op.Burst.Kernels(0, int(op.Count))
+				if !slices.Equal(first, all[:len(first)]) {
 					t.Fatalf("asked for 1 kernel, got %v; asked for all, got %v", first, all)
+				}
+				for _, win := range windows {
+					var before uint64
+					for _, d := range all[:win.first] {
+						before += d
+					}
+					if before != win.before || before > win.w || !slices.Equal(win.durs, all[win.first:]) {
+						t.Fatalf("at %d ns: from kernel %d, %d ns before it, got %v; want %d ns before it (at most %d) and %v",
+							win.w, win.first, win.before, win.durs, before, win.w, all[win.first:])
+					}
 				}
 			}
 			if op.Kind == sim.OpWaitUntil {
@@ -394,7 +434,7 @@ be:
 		alone := []string{ops(Programs(ws, 3, horizon, nil)[0], n), ops(Programs(ws, 3, horizon, nil)[1], n)}
 		d := NewDraws()
 		first, second := Programs(ws, 3, horizon, d), Programs(ws, 3, horizon, d)
-		summarized = 0
+		summarized, marked = 0, 0
 		for i := range ws {
 			a := ops(first[i], n)
 			if a != alone[i] {
@@ -409,6 +449,8 @@ be:
 			t.Errorf("%d ops: %d bursts launched from summaries, want none (all kept in full)", n, summarized)
 		case n > drawKeep && summarized < 1000:
 			t.Errorf("%d ops: %d bursts launched from summaries, want the keys no longer kept in full", n, summarized)
+		case n > drawKeep && marked < summarized/4:
+			t.Errorf("%d ops: %d of %d bursts launched from summaries drawn again from a mark, want most of the BE ones", n, marked, summarized)
 		}
 	}
 }
@@ -460,19 +502,19 @@ be:
 // needs, frees what every reader has passed, and never holds more than
 // sumMaxChunks chunks.
 func TestSumTableFrees(t *testing.T) {
-	tb := &sumTable{width: 1, chunks: map[uint64]*sumChunk{}}
+	tb := &sumTable{width: 1, marks: 1, chunks: map[uint64]*sumChunk{}}
 	fast, slow := tb.reader(), tb.reader()
-	put := func(r *sumReader, key uint64) { r.put(key, key, []uint64{key * 10}) }
+	put := func(r *sumReader, key uint64) { r.put(key, key, []uint64{key * 10}, []mark{{before: key}}) }
 	for key := range uint64(10 * sumChunkKeys) {
 		put(fast, key)
 	}
 	if len(tb.chunks) != 10 {
 		t.Fatalf("%d chunks kept with a reader at the start, want 10", len(tb.chunks))
 	}
-	if v := slow.get(5, 5); len(v) != 1 || v[0] != 50 {
-		t.Fatalf("slow reader got %v for key 5, want [50]", v)
+	if v, m := slow.get(5, 5); len(v) != 1 || v[0] != 50 || len(m) != 1 || m[0].before != 5 {
+		t.Fatalf("slow reader got %v and marks %v for key 5, want [50] and a mark 5 ns in", v, m)
 	}
-	if v := slow.get(5, 6); v != nil {
+	if v, _ := slow.get(5, 6); v != nil {
 		t.Fatalf("slow reader got %v for key 5 with another check, want nothing", v)
 	}
 	slow.get(3*sumChunkKeys, 3*sumChunkKeys)
@@ -488,10 +530,53 @@ func TestSumTableFrees(t *testing.T) {
 	if _, ok := tb.chunks[3]; ok {
 		t.Errorf("the slow reader's chunk, past the bound, is still kept")
 	}
-	if v := slow.get(3*sumChunkKeys+1, 3*sumChunkKeys+1); len(v) != 1 || v[0] != (3*sumChunkKeys+1)*10 {
+	if v, _ := slow.get(3*sumChunkKeys+1, 3*sumChunkKeys+1); len(v) != 1 || v[0] != (3*sumChunkKeys+1)*10 {
 		t.Errorf("the slow reader lost the chunk it reads from: %v", v)
 	}
-	if v := fast.get((sumMaxChunks+20)*sumChunkKeys-1, (sumMaxChunks+20)*sumChunkKeys-1); v == nil {
+	if v, _ := fast.get((sumMaxChunks+20)*sumChunkKeys-1, (sumMaxChunks+20)*sumChunkKeys-1); v == nil {
 		t.Errorf("the newest key is not kept")
+	}
+}
+
+// TestPlaceMarks: a key's bursts get marks in order while it has any
+// left, markEvery kernels apart at least, each inside its burst, and
+// short bursts and single draws none.
+func TestPlaceMarks(t *testing.T) {
+	for _, c := range []struct {
+		bursts []int // kernels per burst; 1: a single draw
+		want   []int // marks per burst
+	}{
+		{[]int{16}, []int{0}},
+		{[]int{17}, []int{1}},
+		{[]int{40, 1}, []int{2, 0}},
+		{[]int{160, 1}, []int{8, 0}},
+		{[]int{300}, []int{8}},
+		{[]int{30, 1, 10}, []int{1, 0, 0}},
+		{[]int{120, 1, 120, 120}, []int{7, 0, 1, 0}},
+	} {
+		var shape []segment
+		var runs []drawRun
+		off := 0
+		for _, n := range c.bursts {
+			shape = append(shape, segment{off: off, n: n, burst: n > 1})
+			runs = append(runs, drawRun{n: n})
+			off += n
+		}
+		total := placeMarks(shape, runs)
+		var got []int
+		next := 0
+		for i, s := range shape {
+			got = append(got, s.marks)
+			if s.marks == 0 {
+				continue
+			}
+			if s.every < markEvery || s.marks*s.every >= s.n || s.mark0 != next || s.run != i {
+				t.Errorf("%v: burst %d: %+v", c.bursts, i, s)
+			}
+			next += s.marks
+		}
+		if !slices.Equal(got, c.want) || total != next || total > markMost {
+			t.Errorf("%v: marks %v (%d in all), want %v", c.bursts, got, total, c.want)
+		}
 	}
 }
