@@ -160,10 +160,10 @@ func (it *item) seek() {
 
 // skip moves the cursor of a burst launched by its total, which is
 // behind the kernel in progress at done, to where lazy can start drawing
-// durations, if that is further on.
+// durations, if that is past those it has handed over.
 func (it *item) skip(done uint64) {
 	first, before := it.lazy.Start(done)
-	if first == 0 || (it.kend > 0 && first <= int(it.ki)+1) {
+	if first == 0 || first < int(it.base)+len(it.durs) || (it.kend > 0 && first <= int(it.ki)+1) {
 		return
 	}
 	// Each kernel lasts at least 1 ns: those before first took at least

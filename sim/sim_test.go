@@ -682,32 +682,22 @@ func TestLazyBurstUnasked(t *testing.T) {
 	}
 }
 
-// badStart is a lazy burst that offers to start from its third kernel
-// with a sum before it that does not fit the launch.
-type badStart struct{ *lazyBurst }
-
-func (b badStart) Start(uint64) (int, uint64) { return 2, 900 * us }
-
 // TestLazyBurstMismatch: a burst whose durations do not add up to what
 // was launched fails the run, naming the process, whether it hands them
-// over from the first kernel or from part way.
+// over from the first kernel or from part way (TestBurstBadStart: where
+// a start itself does not fit).
 func TestLazyBurstMismatch(t *testing.T) {
 	for name, c := range map[string]struct {
 		durs  []uint64
 		every int
-		bad   bool
 	}{
 		"sum":           {durs: []uint64{300 * us, 450 * us, 100 * us}},
 		"count":         {durs: []uint64{300 * us, 570 * us}},
 		"zero":          {durs: []uint64{300 * us, 570 * us, 0}},
 		"sum part way":  {durs: []uint64{300 * us, 450 * us, 100 * us}, every: 1},
 		"zero part way": {durs: []uint64{300 * us, 570 * us, 0}, every: 1},
-		"start":         {durs: []uint64{300 * us, 450 * us, 120 * us}, bad: true},
 	} {
-		var b Burst = &lazyBurst{durs: c.durs, every: c.every}
-		if c.bad {
-			b = badStart{b.(*lazyBurst)}
-		}
+		b := &lazyBurst{durs: c.durs, every: c.every}
 		sc := &script{ops: []Op{{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: b}, {Kind: OpSync}}}
 		s, _ := mustSim(t, &Options{Mode: ModePriority},
 			Process{Name: "BE", Program: sc},

@@ -23,8 +23,9 @@ type segment struct {
 // markEvery is the fewest kernels between two marks of a burst, and
 // markMost the most marks a key has: a preemption far into a burst
 // launched by its total draws its kernels again from the mark before it,
-// at most max(markEvery, burst/(marks+1)) of them, where it would draw
-// all those before. Each mark costs 24 bytes of a key's summary, and a
+// about max(markEvery, burst/(marks+1)) of them (and a few more, a chunk
+// at a time), where it would draw all those before (and, before the
+// first mark, still does, with the key's draws before the burst). Each mark costs 24 bytes of a key's summary, and a
 // stream keeps up to sumMaxChunks·sumChunkKeys summaries (48 MiB of
 // marks at most).
 const (

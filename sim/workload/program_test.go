@@ -329,12 +329,14 @@ func TestUniformArrivals(t *testing.T) {
 }
 
 // TestSharedDraws: programs that share their draws through a Draws issue
-// exactly the operations of programs that draw alone, whichever draws
-// first, for LC requests and BE cycles: a program close behind the first
-// reads the draws in full, one far behind (more keys than are kept in
-// full) reads their summaries and launches bursts by their totals, whose
-// kernels it draws again from their marks, or from their first, as far
-// as asked.
+// exactly the operations of programs that draw alone, to the
+// nanosecond, whichever draws first, for LC requests (several long
+// bursts, kernels synchronized one by one between them) and BE cycles (a
+// burst longer than the first room of its draws again): a program close
+// behind the first reads the draws in full, one far behind (more keys
+// than are kept in full) reads their summaries and launches bursts by
+// their totals, whose kernels it draws again from their marks, or from
+// their first, as far as asked.
 func TestSharedDraws(t *testing.T) {
 	spec := `
 gpus: 1
@@ -345,9 +347,11 @@ lc:
     request:
       - kernel: {count: 7, duration: {dist: lognormal, mean: 40us, cv: 0.5}}
       - host: {duration: {dist: exp, mean: 20us}}
-      - kernel: {duration: {dist: uniform, min: 10us, max: 30us}, sync_each: true}
+      - kernel: {count: 40, duration: {dist: lognormal, mean: 20us, cv: 0.8}}
+      - kernel: {count: 3, duration: {dist: uniform, min: 10us, max: 30us}, sync_each: true}
+      - kernel: {count: 30, duration: {dist: exp, mean: 25us}}
 be:
-  - {name: b, gpu: 0, kernel: {dist: lognormal, mean: 1ms, cv: 0.2}, sync_every: 40, host_gap: {dist: exp, mean: 1ms}}
+  - {name: b, gpu: 0, kernel: {dist: lognormal, mean: 1ms, cv: 0.2}, sync_every: 100, host_gap: {dist: exp, mean: 1ms}}
 `
 	f, err := Parse([]byte(spec), "s.yaml")
 	if err != nil {
@@ -383,8 +387,10 @@ be:
 					durs      []uint64
 				}
 				var windows []window
-				prev := 0
-				for _, w := range []uint64{op.Dur - 1, op.Dur / 2, op.Dur / 3, 0} {
+				prev := -1
+				// Ending where it began, it is next asked from the mark
+				// it was last asked from, in another key.
+				for _, w := range []uint64{op.Dur - 1, op.Dur / 2, op.Dur / 3, 0, op.Dur - 1} {
 					first, before := op.Burst.Start(w)
 					if first == 0 {
 						if before != 0 {
@@ -422,7 +428,15 @@ be:
 			if op.Kind == sim.OpWaitUntil {
 				now = op.At
 			}
-			b.WriteString(opString(op) + " ")
+			// A burst handed over whole or by its total: its durations.
+			dur, durs := op.Dur, op.Durs
+			if op.Burst != nil {
+				durs = op.Burst.Kernels(0, int(op.Count))
+			}
+			if durs != nil {
+				dur = 0
+			}
+			fmt.Fprintf(&b, "%s:%d:%d:%v ", opName(op), dur, op.At, durs)
 			if op.Kind == sim.OpStop {
 				break
 			}
@@ -430,7 +444,7 @@ be:
 		return b.String()
 	}
 	horizon := uint64(time.Second)
-	for _, n := range []int{4000, 40000} {
+	for _, n := range []int{4000, 80000} {
 		alone := []string{ops(Programs(ws, 3, horizon, nil)[0], n), ops(Programs(ws, 3, horizon, nil)[1], n)}
 		d := NewDraws()
 		first, second := Programs(ws, 3, horizon, d), Programs(ws, 3, horizon, d)
@@ -540,11 +554,12 @@ func TestSumTableFrees(t *testing.T) {
 
 // TestPlaceMarks: a key's bursts get marks in order while it has any
 // left, markEvery kernels apart at least, each inside its burst, and
-// short bursts and single draws none.
+// short bursts and single draws none; a burst's run is the one that
+// draws it, also after a run of kernels synchronized one by one.
 func TestPlaceMarks(t *testing.T) {
 	for _, c := range []struct {
-		bursts []int // kernels per burst; 1: a single draw
-		want   []int // marks per burst
+		bursts []int // kernels per burst; 1: a single draw; -n: n single draws of one run
+		want   []int // marks per segment
 	}{
 		{[]int{16}, []int{0}},
 		{[]int{17}, []int{1}},
@@ -553,12 +568,24 @@ func TestPlaceMarks(t *testing.T) {
 		{[]int{300}, []int{8}},
 		{[]int{30, 1, 10}, []int{1, 0, 0}},
 		{[]int{120, 1, 120, 120}, []int{7, 0, 1, 0}},
+		{[]int{-3, 40, -2, 17}, []int{0, 0, 0, 2, 0, 0, 1}},
 	} {
 		var shape []segment
 		var runs []drawRun
+		var runOf []int // per segment
 		off := 0
 		for _, n := range c.bursts {
+			if n < 0 {
+				for i := range -n {
+					shape = append(shape, segment{off: off + i, n: 1})
+					runOf = append(runOf, len(runs))
+				}
+				runs = append(runs, drawRun{n: -n})
+				off += -n
+				continue
+			}
 			shape = append(shape, segment{off: off, n: n, burst: n > 1})
+			runOf = append(runOf, len(runs))
 			runs = append(runs, drawRun{n: n})
 			off += n
 		}
@@ -570,8 +597,8 @@ func TestPlaceMarks(t *testing.T) {
 			if s.marks == 0 {
 				continue
 			}
-			if s.every < markEvery || s.marks*s.every >= s.n || s.mark0 != next || s.run != i {
-				t.Errorf("%v: burst %d: %+v", c.bursts, i, s)
+			if s.every < markEvery || s.marks*s.every >= s.n || s.mark0 != next || s.run != runOf[i] {
+				t.Errorf("%v: segment %d: %+v", c.bursts, i, s)
 			}
 			next += s.marks
 		}
