@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -106,19 +105,10 @@ func TestBurstRandomStarts(t *testing.T) {
 			for _, gran := range []Granularity{GranularityInstruction, GranularityBlock, GranularityKernel} {
 				var got [3]string
 				for how := range got {
-					s, _ := mustSim(t, &Options{Mode: mode, Granularity: gran, Timeslice: 300 * time.Microsecond},
+					got[how] = outcome(t, &Options{Mode: mode, Granularity: gran, Timeslice: 300 * time.Microsecond}, end,
 						Process{Name: "LC", Class: ClassLC, Program: &script{ops: lc}},
 						Process{Name: "BE", Program: program(how, seed)},
 						Process{Name: "BE2", Program: program(how, seed+1000)})
-					if err := s.Run(context.Background(), end); err != nil {
-						t.Fatal(err)
-					}
-					st := s.Stats()
-					got[how] = fmt.Sprintf("%v %+v", st.Timeline, st.GPUs)
-					for _, p := range st.Procs {
-						p.Latency = nil
-						got[how] += fmt.Sprintf(" %+v", p)
-					}
 				}
 				if got[total] != got[whole] {
 					t.Fatalf("seed %d, %v/%v: by total differs from whole:\n%s\n%s", seed, mode, gran, got[total], got[whole])

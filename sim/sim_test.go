@@ -50,6 +50,28 @@ func runs(st Stats, pid uint32) [][2]uint64 {
 	return out
 }
 
+// outcome runs a simulation of procs to end and describes what it did
+// (describe).
+func outcome(t *testing.T, opts *Options, end uint64, procs ...Process) string {
+	t.Helper()
+	s, _ := mustSim(t, opts, procs...)
+	if err := s.Run(context.Background(), end); err != nil {
+		t.Fatal(err)
+	}
+	return describe(s.Stats())
+}
+
+// describe lists a run's timeline, its GPUs' figures and its processes'
+// but for their latency histograms: equal for runs that did the same.
+func describe(st Stats) string {
+	out := fmt.Sprintf("%v %+v", st.Timeline, st.GPUs)
+	for _, p := range st.Procs {
+		p.Latency = nil
+		out += fmt.Sprintf(" %+v", p)
+	}
+	return out
+}
+
 func mustSim(t *testing.T, opts *Options, procs ...Process) (*Simulator, []uint32) {
 	t.Helper()
 	if opts.TimelineWindow == 0 {
@@ -505,19 +527,10 @@ func TestBurstEqualsLaunches(t *testing.T) {
 			var got [5]string
 			var bursts []*lazyBurst
 			for how := range got {
-				s, _ := mustSim(t, &Options{Mode: mode, Granularity: gran, Timeslice: 500 * time.Microsecond},
+				got[how] = outcome(t, &Options{Mode: mode, Granularity: gran, Timeslice: 500 * time.Microsecond}, uint64(time.Second),
 					Process{Name: "A", Class: ClassLC, Program: one(how, &bursts)},
 					Process{Name: "B", Program: kernels(2000*us, 1500*us, 700*us)},
 					Process{Name: "C", Program: one(how, &bursts)})
-				if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
-					t.Fatal(err)
-				}
-				st := s.Stats()
-				got[how] = fmt.Sprintf("%v %+v", st.Timeline, st.GPUs)
-				for _, p := range st.Procs {
-					p.Latency = nil
-					got[how] += fmt.Sprintf(" %+v", p)
-				}
 			}
 			if got[single] != got[eager] {
 				t.Errorf("%v/%v: burst differs from single launches:\n%s\n%s", mode, gran, got[single], got[eager])
@@ -603,12 +616,7 @@ func TestProgramInto(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		st := s.Stats()
-		got[i] = fmt.Sprintf("%v %+v", st.Timeline, st.GPUs)
-		for _, p := range st.Procs {
-			p.Latency = nil
-			got[i] += fmt.Sprintf(" %+v", p)
-		}
+		got[i] = describe(s.Stats())
 	}
 	if got[0] != got[1] {
 		t.Errorf("in place:\n%s\nreturned:\n%s", got[1], got[0])
