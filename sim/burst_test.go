@@ -2,11 +2,250 @@ package sim
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpu-arbiter/arbiter/trace"
 )
+
+// lazyBurst hands over a burst's durations only when asked (Op.Burst),
+// all of them or, if exact, as many as asked for, counting the times it
+// was asked and checking that each asks for more than the last from the
+// same kernel, and only from kernels it offered. With every set, it
+// offers to start from every every-th kernel (Burst.Start).
+type lazyBurst struct {
+	durs   []uint64
+	exact  bool
+	every  int
+	asked  int
+	skips  int // answers to Start past the first kernel
+	first  int
+	last   int
+	shrank bool
+	bad    bool // asked from a kernel it did not offer
+}
+
+func (b *lazyBurst) Start(w uint64) (int, uint64) {
+	if b.every == 0 {
+		return 0, 0
+	}
+	first, before := 0, uint64(0)
+	for i, d := range b.durs {
+		if i%b.every == 0 && before <= w {
+			first = i
+		}
+		before += d
+	}
+	before = 0
+	for _, d := range b.durs[:first] {
+		before += d
+	}
+	if first > 0 {
+		b.skips++
+	}
+	return first, before
+}
+
+func (b *lazyBurst) Kernels(first, n int) []uint64 {
+	b.asked++
+	b.bad = b.bad || (first != 0 && (b.every == 0 || first%b.every != 0))
+	if first != b.first {
+		b.first, b.last = first, 0
+	}
+	b.shrank = b.shrank || n <= b.last
+	b.last = n
+	if b.exact {
+		return b.durs[first : first+n]
+	}
+	return b.durs[first:]
+}
+
+// TestBurstEqualsLaunches: kernels handed over as one burst (Op.Durs), or
+// as a burst whose durations are asked for only when needed (Op.Burst),
+// run exactly as the same kernels launched one by one, in every mode,
+// with the GPU deciding once per run of kernels rather than once per
+// kernel.
+func TestBurstEqualsLaunches(t *testing.T) {
+	durs := []uint64{300 * us, 450 * us, 120 * us, 800 * us, 60 * us}
+	var total uint64
+	for _, d := range durs {
+		total += d
+	}
+	const (
+		single = iota
+		eager
+		lazy
+		exact
+		skipping
+	)
+	one := func(how int, bursts *[]*lazyBurst) Program {
+		sc := &script{}
+		for range 3 {
+			switch how {
+			case eager:
+				sc.ops = append(sc.ops, Op{Kind: OpKernel, Durs: durs})
+			case lazy, exact, skipping:
+				b := &lazyBurst{durs: durs, exact: how != lazy}
+				if how == skipping {
+					b.every = 2
+				}
+				*bursts = append(*bursts, b)
+				sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: total, Count: uint32(len(durs)), Burst: b})
+			default:
+				for _, d := range durs {
+					sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: d})
+				}
+			}
+			sc.ops = append(sc.ops, Op{Kind: OpCopy, Bytes: 1 << 20}, Op{Kind: OpSync}, Op{Kind: OpSleep, Dur: 200 * us})
+		}
+		return sc
+	}
+	totalSkips := 0
+	for _, mode := range []Mode{ModeTimeslice, ModeSpatial, ModePriority} {
+		for _, gran := range []Granularity{GranularityInstruction, GranularityBlock, GranularityKernel} {
+			var got [5]string
+			var bursts []*lazyBurst
+			for how := range got {
+				got[how] = outcome(t, &Options{Mode: mode, Granularity: gran, Timeslice: 500 * time.Microsecond}, uint64(time.Second),
+					Process{Name: "A", Class: ClassLC, Program: one(how, &bursts)},
+					Process{Name: "B", Program: kernels(2000*us, 1500*us, 700*us)},
+					Process{Name: "C", Program: one(how, &bursts)})
+			}
+			if got[single] != got[eager] {
+				t.Errorf("%v/%v: burst differs from single launches:\n%s\n%s", mode, gran, got[single], got[eager])
+			}
+			if got[single] != got[lazy] {
+				t.Errorf("%v/%v: lazy burst differs from single launches:\n%s\n%s", mode, gran, got[single], got[lazy])
+			}
+			if got[single] != got[exact] {
+				t.Errorf("%v/%v: lazy burst answering as asked differs from single launches:\n%s\n%s", mode, gran, got[single], got[exact])
+			}
+			if got[single] != got[skipping] {
+				t.Errorf("%v/%v: lazy burst starting part way differs from single launches:\n%s\n%s", mode, gran, got[single], got[skipping])
+			}
+			asked, skips := 0, 0
+			for _, b := range bursts {
+				if !b.exact && b.asked > 1 {
+					t.Errorf("%v/%v: a lazy burst that gave all its durations was asked %d times, want at most once", mode, gran, b.asked)
+				}
+				if b.shrank {
+					t.Errorf("%v/%v: a lazy burst was asked for no more than the time before", mode, gran)
+				}
+				if b.bad {
+					t.Errorf("%v/%v: a lazy burst was asked for durations from a kernel it did not offer", mode, gran)
+				}
+				if b.asked > 0 {
+					asked++
+				}
+				skips += b.skips
+			}
+			t.Logf("%v/%v: %d of %d lazy bursts asked for their durations, %d started part way", mode, gran, asked, len(bursts), skips)
+			totalSkips += skips
+		}
+	}
+	if totalSkips == 0 {
+		t.Error("no lazy burst was asked to start part way: the test does not reach Burst.Start")
+	}
+}
+
+// TestBurstEvents: a controller reads a burst's launches as it reads the
+// same kernels launched one by one: one launch event per kernel, at the
+// instant of the launch, between the events around them.
+func TestBurstEvents(t *testing.T) {
+	durs := []uint64{300 * us, 450 * us, 120 * us}
+	prog := func(how int) Program {
+		sc := &script{}
+		for range 2 {
+			switch how {
+			case 1:
+				sc.ops = append(sc.ops, Op{Kind: OpKernel, Durs: durs})
+			case 2:
+				sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: &lazyBurst{durs: durs, exact: true}})
+			default:
+				for _, d := range durs {
+					sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: d})
+				}
+			}
+			sc.ops = append(sc.ops, Op{Kind: OpCopy, Bytes: 4096}, Op{Kind: OpSync}, Op{Kind: OpSleep, Dur: 100 * us})
+		}
+		return sc
+	}
+	var got [3][]string
+	for how := range got {
+		s, _ := mustSim(t, &Options{Observe: true}, Process{Name: "A", Class: ClassLC, Program: prog(how)},
+			Process{Name: "B", Program: kernels(500*us, 500*us)})
+		s.Start(uint64(time.Second))
+		for {
+			var ev trace.Event
+			err := s.Read(&ev)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[how] = append(got[how], fmt.Sprintf("%+v", ev))
+		}
+	}
+	if launches := strings.Count(strings.Join(got[0], "\n"), "Kind:launch"); launches != 8 {
+		t.Fatalf("%d launch events, want 8: %v", launches, got[0])
+	}
+	for how := 1; how < len(got); how++ {
+		if !slices.Equal(got[0], got[how]) {
+			t.Errorf("burst %d: events differ from single launches:\n%v\n%v", how, got[0], got[how])
+		}
+	}
+}
+
+// TestLazyBurstUnasked: a burst that nothing preempts never needs its
+// kernels' durations.
+func TestLazyBurstUnasked(t *testing.T) {
+	b := &lazyBurst{durs: []uint64{300 * us, 450 * us, 120 * us}}
+	sc := &script{ops: []Op{{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: b}, {Kind: OpSync}}}
+	s, _ := mustSim(t, &Options{}, Process{Name: "A", Class: ClassLC, Program: sc})
+	if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Stats().Procs[0]; b.asked != 0 || p.KernelsCompleted != 3 || p.CompletedWork != 870*us {
+		t.Errorf("alone: asked %d times, %d kernels and %v of work done; want 0 times, 3 kernels, 870µs",
+			b.asked, p.KernelsCompleted, time.Duration(p.CompletedWork))
+	}
+}
+
+// TestLazyBurstMismatch: a burst whose durations do not add up to what
+// was launched fails the run, naming the process, whether it hands them
+// over from the first kernel or from part way (TestBurstBadStart: where
+// a start itself does not fit).
+func TestLazyBurstMismatch(t *testing.T) {
+	for name, c := range map[string]struct {
+		durs  []uint64
+		every int
+	}{
+		"sum":           {durs: []uint64{300 * us, 450 * us, 100 * us}},
+		"count":         {durs: []uint64{300 * us, 570 * us}},
+		"zero":          {durs: []uint64{300 * us, 570 * us, 0}},
+		"sum part way":  {durs: []uint64{300 * us, 450 * us, 100 * us}, every: 1},
+		"zero part way": {durs: []uint64{300 * us, 570 * us, 0}, every: 1},
+	} {
+		b := &lazyBurst{durs: c.durs, every: c.every}
+		sc := &script{ops: []Op{{Kind: OpKernel, Dur: 870 * us, Count: 3, Burst: b}, {Kind: OpSync}}}
+		s, _ := mustSim(t, &Options{Mode: ModePriority},
+			Process{Name: "BE", Program: sc},
+			Process{Name: "LC", Class: ClassLC, Program: &script{ops: []Op{{Kind: OpSleep, Dur: 800 * us}, {Kind: OpKernel, Dur: 10 * us}, {Kind: OpSync}}}})
+		err := s.Run(context.Background(), uint64(time.Second))
+		if err == nil || !strings.Contains(err.Error(), "process BE") || !strings.Contains(err.Error(), "a burst of 3 kernels") {
+			t.Errorf("%s: got %v, want the run to fail naming process BE and its burst", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
 
 // markedBurst is a lazy burst (Op.Burst) that offers to start from any of
 // a set of kernels, its marks, and answers with more durations than asked
