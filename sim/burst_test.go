@@ -2,9 +2,7 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -181,17 +179,7 @@ func TestBurstEvents(t *testing.T) {
 		s, _ := mustSim(t, &Options{Observe: true}, Process{Name: "A", Class: ClassLC, Program: prog(how)},
 			Process{Name: "B", Program: kernels(500*us, 500*us)})
 		s.Start(uint64(time.Second))
-		for {
-			var ev trace.Event
-			err := s.Read(&ev)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got[how] = append(got[how], fmt.Sprintf("%+v", ev))
-		}
+		readAll(t, s, func(ev *trace.Event) { got[how] = append(got[how], fmt.Sprintf("%+v", *ev)) })
 	}
 	if launches := strings.Count(strings.Join(got[0], "\n"), "Kind:launch"); launches != 8 {
 		t.Fatalf("%d launch events, want 8: %v", launches, got[0])

@@ -71,6 +71,23 @@ func describe(st Stats) string {
 	return out
 }
 
+// readAll reads a started simulation's events to its end, handing each
+// to f.
+func readAll(t *testing.T, s *Simulator, f func(*trace.Event)) {
+	t.Helper()
+	for {
+		var ev trace.Event
+		err := s.Read(&ev)
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(&ev)
+	}
+}
+
 func mustSim(t *testing.T, opts *Options, procs ...Process) (*Simulator, []uint32) {
 	t.Helper()
 	if opts.TimelineWindow == 0 {
@@ -580,17 +597,7 @@ func TestProgressByEvents(t *testing.T) {
 		last = now
 	})
 	s.Start(uint64(2000 * time.Hour))
-	for {
-		var ev trace.Event
-		err := s.Read(&ev)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		read++
-	}
+	readAll(t, s, func(*trace.Event) { read++ })
 	if calls < 20 || read < 500_000 {
 		t.Errorf("%d progress calls reading %d events", calls, read)
 	}
