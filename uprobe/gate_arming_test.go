@@ -214,12 +214,7 @@ func TestCloseDisarmsBeforeReleasing(t *testing.T) {
 // entry dropped by the exit tracepoint) is no longer held once Ungate has
 // run, so that Settle does not spare a later process with its pid.
 func TestUngateForgetsExited(t *testing.T) {
-	r := newRig(t)
-	be := startTrain(t, r)
-	o := r.options()
-	o.PIDs = []uint32{be}
-	tr := openTracer(t, o)
-	logLaunches(tr, be).waitLaunchAfter(t, 0, "before gating")
+	be, tr, _ := tracedTrain(t, "before gating")
 	g := tr.Gate()
 	if err := g.Gate(be); err != nil {
 		t.Fatal(err)

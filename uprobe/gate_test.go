@@ -42,6 +42,21 @@ func startTrain(t *testing.T, r *rig) uint32 {
 	return pid
 }
 
+// tracedTrain starts the stub training workload (startTrain) on a rig of
+// its own, traces it alone, and waits for a launch of it (waiting, for the
+// failure message) before returning.
+func tracedTrain(t *testing.T, waiting string) (uint32, *Tracer, *launchLog) {
+	t.Helper()
+	r := newRig(t)
+	pid := startTrain(t, r)
+	o := r.options()
+	o.PIDs = []uint32{pid}
+	tr := openTracer(t, o)
+	log := logLaunches(tr, pid)
+	log.waitLaunchAfter(t, 0, waiting)
+	return pid, tr, log
+}
+
 // launchLog records the times of one process's launch events.
 type launchLog struct {
 	mu    sync.Mutex
@@ -137,13 +152,7 @@ func staysState(t *testing.T, pid uint32, stopped bool, d time.Duration, what st
 // launch and makes none while gated; Ungate continues it and its launches
 // resume; the entry lists its start time and that the probe stopped it.
 func TestGateStopsAtLaunch(t *testing.T) {
-	r := newRig(t)
-	pid := startTrain(t, r)
-	o := r.options()
-	o.PIDs = []uint32{pid}
-	tr := openTracer(t, o)
-	log := logLaunches(tr, pid)
-	log.waitLaunchAfter(t, 0, "before gating")
+	pid, tr, log := tracedTrain(t, "before gating")
 	g := tr.Gate()
 
 	for round := range 2 {
@@ -197,13 +206,7 @@ func TestGateStopsAtLaunch(t *testing.T) {
 // TestUngateSparesOthersStops checks that Ungate never continues a
 // process that someone else stopped (a job stopped with Ctrl-Z).
 func TestUngateSparesOthersStops(t *testing.T) {
-	r := newRig(t)
-	pid := startTrain(t, r)
-	o := r.options()
-	o.PIDs = []uint32{pid}
-	tr := openTracer(t, o)
-	log := logLaunches(tr, pid)
-	log.waitLaunchAfter(t, 0, "before stopping")
+	pid, tr, _ := tracedTrain(t, "before stopping")
 	if err := syscall.Kill(int(pid), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -229,13 +232,7 @@ func TestUngateSparesOthersStops(t *testing.T) {
 // process's (left for an earlier process with the same pid) neither stops
 // the process nor makes Ungate or ReleaseAll continue it.
 func TestGateSparesReusedPID(t *testing.T) {
-	r := newRig(t)
-	pid := startTrain(t, r)
-	o := r.options()
-	o.PIDs = []uint32{pid}
-	tr := openTracer(t, o)
-	log := logLaunches(tr, pid)
-	log.waitLaunchAfter(t, 0, "before the stale entry")
+	pid, tr, log := tracedTrain(t, "before the stale entry")
 	start, err := procStart("/proc", pid)
 	if err != nil {
 		t.Fatal(err)
