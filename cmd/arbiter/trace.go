@@ -89,7 +89,10 @@ is held until its first driver call and shown then, and the exec and exit
 of processes that never make one (compilers, shells) are left out, unless
 --pid or --comm names the process. Events are held for 20 ms and printed in
 time order (a synchronizing call, reported at its return, by the time it
-was entered; one that took longer shows when it returns).
+was entered; one that took longer shows when it returns). A live trace
+shows the driver calls entered once every probe is attached: the probes
+attach one after another, and a request caught half-way would otherwise
+open the trace with launches whose copies and sync were not yet probed.
 
 Text lines show seconds since the trace started (in a replay: since the
 file's first event), PID/TID, the process name, the kind, the driver
@@ -218,6 +221,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 
 	var tracer *uprobe.Tracer
 	var libs *libraryWatch
+	var from uint64 // live: when every probe was attached
 	sink := &traceSink{rec: rec, lifecycle: newLifecycleFilter(filter.named), toStdout: o.record == stdio}
 	if replay == nil {
 		// Live text shows times since the trace started; taken before
@@ -231,6 +235,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 			return err
 		}
 		filter.lookup, filter.cacheMisses = traceComm(o.proc()), true
+		from = monotonicNow()
 		libs = newLibraryWatch(tracer.Stats, stderr)
 	}
 
@@ -256,7 +261,7 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 	var src engine.Source
 	failed := &failures{}
 	if tracer != nil {
-		failed.eventSource = tracer
+		failed.eventSource = &attachedSource{eventSource: tracer, from: from}
 		src = engine.NewLive(failed)
 		if o.duration > 0 {
 			ctx, stop = context.WithTimeout(ctx, o.duration)

@@ -139,6 +139,29 @@ func checkPID(procRoot string, pid uint32) error {
 	return nil
 }
 
+// attachedSource leaves out the driver calls a live tracer caught before
+// every probe was attached. The probes attach one after another, and a
+// request caught half-way (its launches, but not yet its copies or sync)
+// would open the trace with calls that never happened alone. Process
+// lifecycle events are kept: they come from tracepoints attached before
+// any probe.
+type attachedSource struct {
+	eventSource
+	// from is CLOCK_MONOTONIC when Open returned, every probe attached.
+	from uint64
+}
+
+func (s *attachedSource) Read(ev *trace.Event) error {
+	for {
+		if err := s.eventSource.Read(ev); err != nil {
+			return err
+		}
+		if ev.Time >= s.from || !ev.Func.Valid() { // Func: a driver call, not exec or exit
+			return nil
+		}
+	}
+}
+
 // openLive loads and attaches the tracer. A failure that a missing kernel
 // feature explains comes back as a *caps.FeatureError (exit status 77)
 // naming the feature and its fix.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -214,5 +215,46 @@ func TestTraceRecordRefusesTerminalAndItsOwnInput(t *testing.T) {
 	}
 	if _, _, err := runCmd(t, "trace", "--replay", src); err != nil {
 		t.Errorf("the replayed file was damaged: %v", err)
+	}
+}
+
+// eventList is an eventSource of the events it holds, then io.EOF.
+type eventList []trace.Event
+
+func (l *eventList) Read(ev *trace.Event) error {
+	if len(*l) == 0 {
+		return io.EOF
+	}
+	*ev, *l = (*l)[0], (*l)[1:]
+	return nil
+}
+
+func (l *eventList) Close() error { return nil }
+
+// TestTraceStartsOnceAttached: a live trace leaves out the driver calls
+// that entered before every probe was attached, and keeps every process
+// event and every call from that instant on.
+func TestTraceStartsOnceAttached(t *testing.T) {
+	launch := func(at uint64) trace.Event {
+		return trace.Event{Kind: trace.KindLaunch, Func: trace.FuncLaunchKernel, Time: at, PID: 7}
+	}
+	proc := func(k trace.Kind, at uint64) trace.Event { return trace.Event{Kind: k, Time: at, PID: 7} }
+	sync := trace.Event{Kind: trace.KindSync, Func: trace.FuncStreamSynchronize, Time: 99, PID: 7}
+	copyAt := func(at uint64) trace.Event {
+		return trace.Event{Kind: trace.KindCopy, Func: trace.FuncMemcpyHtoDAsync, Time: at, PID: 7}
+	}
+	src := eventList{proc(trace.KindExec, 10), launch(20), copyAt(30), sync, launch(100), proc(trace.KindExit, 50), copyAt(101)}
+	a := &attachedSource{eventSource: &src, from: 100}
+	var got []string
+	var ev trace.Event
+	var err error
+	for err = a.Read(&ev); err == nil; err = a.Read(&ev) {
+		got = append(got, fmt.Sprintf("%s@%d", ev.Kind, ev.Time))
+	}
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("read: %v", err)
+	}
+	if want := "exec@10 launch@100 exit@50 copy@101"; strings.Join(got, " ") != want {
+		t.Errorf("read %q, want %q", strings.Join(got, " "), want)
 	}
 }
