@@ -459,14 +459,48 @@ struct signal_struct {
 	} live;
 } __attribute__((preserve_access_index));
 
+struct kernfs_node {
+	__u64 id;
+} __attribute__((preserve_access_index));
+
+struct cgroup {
+	struct kernfs_node *kn;
+} __attribute__((preserve_access_index));
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
+	int pid;
 	int tgid;
+	struct css_set *cgroups;
 	int exit_code;
 	__u64 start_boottime;
 	struct task_struct *real_parent;
 	struct task_struct *group_leader;
 	struct signal_struct *signal;
 } __attribute__((preserve_access_index));
+
+// The uprobe programs read the thread's ids from the task that
+// bpf_get_current_task_btf returns (5.11+) with plain loads, which the
+// verifier allows on that pointer, instead of calling
+// bpf_get_current_pid_tgid and bpf_get_current_cgroup_id: one call in
+// place of two, and the cgroup without the helper's RCU section. About
+// 60 ns less per probe on the development guest (docs/benchmarks.md).
+
+// current_pid_tgid is bpf_get_current_pid_tgid, read from the task.
+static __always_inline __u64 current_pid_tgid(struct task_struct *t)
+{
+	return (__u64)t->tgid << 32 | (__u32)t->pid;
+}
+
+// current_cgroup is bpf_get_current_cgroup_id, read from the task: the id
+// of its cgroup on the unified (v2) hierarchy.
+static __always_inline __u64 current_cgroup(struct task_struct *t)
+{
+	return t->cgroups->dfl_cgrp->kn->id;
+}
 
 // Linux's SIGSTOP on every architecture Arbiter builds for.
 #define SIGSTOP 19
@@ -539,9 +573,10 @@ static __always_inline void launch_stack_args(struct regs *r, struct event *e)
 // _ptsz forms.
 static __always_inline int uprobe_launch_body(struct regs *r)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 pid_tgid = current_pid_tgid(task);
 	gate(pid_tgid >> 32);
-	__u64 cgroup = bpf_get_current_cgroup_id();
+	__u64 cgroup = current_cgroup(task);
 	if (!uprobe_traced(pid_tgid >> 32, cgroup))
 		return 0;
 	__u64 time = bpf_ktime_get_ns();
@@ -574,9 +609,10 @@ struct launch_config {
 //                  void **kernelParams, void **extra) and its _ptsz form.
 static __always_inline int uprobe_launch_ex_body(struct regs *r)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 pid_tgid = current_pid_tgid(task);
 	gate(pid_tgid >> 32);
-	__u64 cgroup = bpf_get_current_cgroup_id();
+	__u64 cgroup = current_cgroup(task);
 	if (!uprobe_traced(pid_tgid >> 32, cgroup))
 		return 0;
 	__u64 time = bpf_ktime_get_ns();
@@ -600,11 +636,12 @@ PROGRAMS("uprobe", uprobe_launch_ex)
 // register arguments as passed; the reader knows each Func's layout.
 static __always_inline int uprobe_args_body(struct regs *r)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 pid_tgid = current_pid_tgid(task);
 	__u64 cookie = bpf_get_attach_cookie(r);
 	if ((__u8)(cookie >> 8) == KIND_LAUNCH)
 		gate(pid_tgid >> 32);
-	__u64 cgroup = bpf_get_current_cgroup_id();
+	__u64 cgroup = current_cgroup(task);
 	if (!uprobe_traced(pid_tgid >> 32, cgroup))
 		return 0;
 	__u64 time = bpf_ktime_get_ns();
@@ -625,7 +662,8 @@ PROGRAMS("uprobe", uprobe_args)
 // Synchronizers: the entry keeps the time and handles until the return.
 static __always_inline int uprobe_sync_body(struct regs *r)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 pid_tgid = current_pid_tgid(task);
 	if (!traced_tgid(pid_tgid >> 32))
 		return 0;
 	__u64 time = bpf_ktime_get_ns();
@@ -635,7 +673,7 @@ static __always_inline int uprobe_sync_body(struct regs *r)
 	if (slot && (slot->owner == pid_tgid || __sync_val_compare_and_swap(&slot->owner, 0, pid_tgid) == 0))
 		s = &slot->e;
 	else
-		s = bpf_task_storage_get(&sync_entries, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		s = bpf_task_storage_get(&sync_entries, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!s) {
 		count_drop();
 		return 0;
@@ -653,7 +691,8 @@ PROGRAMS("uprobe", uprobe_sync)
 static __always_inline int uretprobe_sync_body(struct regs *r)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 pid_tgid = current_pid_tgid(task);
 	__u32 key = (__u32)pid_tgid & sync_slot_mask;
 	struct sync_slot *slot = bpf_map_lookup_elem(&sync_slots, &key);
 	struct sync_entry *s;
@@ -661,12 +700,12 @@ static __always_inline int uretprobe_sync_body(struct regs *r)
 		s = &slot->e;
 	else {
 		slot = 0;
-		s = bpf_task_storage_get(&sync_entries, bpf_get_current_task_btf(), 0, 0);
+		s = bpf_task_storage_get(&sync_entries, task, 0, 0);
 	}
 	if (!s || !s->active)
 		return 0;
 	s->active = 0;
-	struct event *e = reserve(pid_tgid, bpf_get_current_cgroup_id(), KIND_SYNC, s->func);
+	struct event *e = reserve(pid_tgid, current_cgroup(task), KIND_SYNC, s->func);
 	if (e) {
 		e->time = s->time;
 		e->args[0] = s->handle;

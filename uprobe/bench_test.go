@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -127,6 +130,70 @@ func BenchmarkProbeCost(b *testing.B) {
 	b.Logf("launch ns/call: unprobed %.0f, noop %.0f, probe %.0f, probe at entry %.0f, probe waking the reader per record %.0f",
 		baseL, noopL, probeL, entryL, wakeL)
 	b.Logf("sync ns/call: unprobed %.0f, noop %.0f, noop+ret %.0f, probe+ret %.0f", baseS, noopS, retS, probeS)
+
+	// The programs' own run time, as the kernel counts it with BPF stats
+	// on (two clock reads around every run, which the empty program's
+	// time takes out): free of the trap's cost, which moves far more
+	// between runs on a shared machine than the programs' own work.
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enable BPF run-time stats: %v", err)
+	}
+	defer stats.Close()
+	// runNs is the mean run time of each program while cmd ran.
+	runNs := func(cmd string, progs ...*ebpf.Program) []float64 {
+		before := make([]*ebpf.ProgramStats, len(progs))
+		for i, pr := range progs {
+			if before[i], err = pr.Stats(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		measure(cmd)
+		ns := make([]float64, len(progs))
+		for i, pr := range progs {
+			after, err := pr.Stats()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if after.RunCount == before[i].RunCount {
+				b.Fatalf("%s: program %d did not run", cmd, i)
+			}
+			ns[i] = float64(after.Runtime-before[i].Runtime) / float64(after.RunCount-before[i].RunCount)
+		}
+		return ns
+	}
+	var noopRun, launchRun, entryRun, returnRun []float64
+	for range rounds {
+		for _, mode := range []probeMode{probeNoop, probeFull} {
+			o := r.options()
+			o.PIDs = []uint32{p.pid}
+			o.mode = mode
+			tr, err := Open(o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			wait := drain(tr)
+			if mode == probeNoop {
+				noopRun = append(noopRun, runNs("launch", tr.objs.progs.noop)[0])
+			} else {
+				launchRun = append(launchRun, runNs("launch", tr.objs.progs.launch)[0])
+				ns := runNs("sync", tr.objs.progs.sync, tr.objs.progs.retSync)
+				entryRun, returnRun = append(entryRun, ns[0]), append(returnRun, ns[1])
+			}
+			if err := tr.Close(); err != nil {
+				b.Fatal(err)
+			}
+			wait()
+		}
+	}
+	noopNs := slices.Min(noopRun)
+	launchOwn := slices.Min(launchRun) - noopNs
+	syncOwn := slices.Min(entryRun) + slices.Min(returnRun) - 2*noopNs
+	b.ReportMetric(launchOwn, "launch-prog-ns")
+	b.ReportMetric(syncOwn, "sync-progs-ns")
+	b.ReportMetric(syncOwn/(retS-baseS), "sync-progs/noop+ret")
+	b.Logf("program run time (BPF stats), ns/run: empty %.0f, launch %.0f, sync entry %.0f, sync return %.0f",
+		noopNs, slices.Min(launchRun), slices.Min(entryRun), slices.Min(returnRun))
 }
 
 // BenchmarkEventPipeline drives the real probes as hard as this machine
