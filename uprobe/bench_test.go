@@ -24,6 +24,25 @@ func drain(tr *Tracer) func() {
 	return wg.Wait
 }
 
+// tracing opens a tracer of pid alone, its options changed by set, and
+// drains its events; stop closes it and waits for the reader.
+func tracing(b *testing.B, r *rig, pid uint32, set func(*Options)) (tr *Tracer, stop func()) {
+	o := r.options()
+	o.PIDs = []uint32{pid}
+	set(o)
+	tr, err := Open(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wait := drain(tr)
+	return tr, func() {
+		if err := tr.Close(); err != nil {
+			b.Fatal(err)
+		}
+		wait()
+	}
+}
+
 // BenchmarkProbeCost measures, in one serving process and one run, the
 // per-call time of cuLaunchKernel and cuStreamSynchronize (an idle stream)
 // under each probe configuration:
@@ -42,7 +61,12 @@ func drain(tr *Tracer) func() {
 // the speed-up of the emulated attach point over the entry, the
 // uretprobe's cost (noop+ret − noop on cuStreamSynchronize), the sync
 // probes against empty programs at the same entry and return sites, and
-// what waking the reader per record would cost.
+// what waking the reader per record would cost. Then, with the kernel's
+// BPF run-time stats on, the programs' own run time net of the empty
+// program's: launch-prog-ns, sync-progs-ns (entry and return) and that
+// over the empty pair's cost, sync-progs/noop+ret, the part of the sync
+// ratio above 1 with the trap's cost, which moves between runs far more
+// than the programs' work, left out.
 func BenchmarkProbeCost(b *testing.B) {
 	r := newRig(b)
 	p := r.start(b, nil, false, "serve")
@@ -66,25 +90,17 @@ func BenchmarkProbeCost(b *testing.B) {
 		return slices.Min(v)
 	}
 	with := func(mode probeMode, wakeEvery bool) (launch, syncNs float64) {
-		o := r.options()
-		o.PIDs = []uint32{p.pid}
-		o.mode = mode
-		if wakeEvery {
-			o.WakeupBytes = -1
-		}
-		tr, err := Open(o)
-		if err != nil {
-			b.Fatal(err)
-		}
-		wait := drain(tr)
+		tr, stop := tracing(b, r, p.pid, func(o *Options) {
+			o.mode = mode
+			if wakeEvery {
+				o.WakeupBytes = -1
+			}
+		})
 		launch, syncNs = measure("launch"), measure("sync")
 		if s := tr.Stats(); s.Drops != 0 || s.DecodeErrors != 0 {
 			b.Errorf("mode %d: %d drops, %d decode errors", mode, s.Drops, s.DecodeErrors)
 		}
-		if err := tr.Close(); err != nil {
-			b.Fatal(err)
-		}
-		wait()
+		stop()
 		return launch, syncNs
 	}
 	// Configurations are measured in five interleaved rounds, so that load from
@@ -165,14 +181,7 @@ func BenchmarkProbeCost(b *testing.B) {
 	var noopRun, launchRun, entryRun, returnRun []float64
 	for range rounds {
 		for _, mode := range []probeMode{probeNoop, probeFull} {
-			o := r.options()
-			o.PIDs = []uint32{p.pid}
-			o.mode = mode
-			tr, err := Open(o)
-			if err != nil {
-				b.Fatal(err)
-			}
-			wait := drain(tr)
+			tr, stop := tracing(b, r, p.pid, func(o *Options) { o.mode = mode })
 			if mode == probeNoop {
 				noopRun = append(noopRun, runNs("launch", tr.objs.progs.noop)[0])
 			} else {
@@ -180,10 +189,7 @@ func BenchmarkProbeCost(b *testing.B) {
 				ns := runNs("sync", tr.objs.progs.sync, tr.objs.progs.retSync)
 				entryRun, returnRun = append(entryRun, ns[0]), append(returnRun, ns[1])
 			}
-			if err := tr.Close(); err != nil {
-				b.Fatal(err)
-			}
-			wait()
+			stop()
 		}
 	}
 	noopNs := slices.Min(noopRun)

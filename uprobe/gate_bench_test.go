@@ -19,22 +19,12 @@ func BenchmarkGateCost(b *testing.B) {
 	}
 	const n, reps, rounds = 1000, 9, 5
 	with := func(noGate bool) float64 {
-		o := r.options()
-		o.PIDs = []uint32{p.pid}
-		o.noGate = noGate
-		tr, err := Open(o)
-		if err != nil {
-			b.Fatal(err)
-		}
-		wait := drain(tr)
+		tr, stop := tracing(b, r, p.pid, func(o *Options) { o.noGate = noGate })
 		v := p.bestPerCall(b, n, reps)
 		if s := tr.Stats(); s.Drops != 0 || s.GateSignals != 0 {
 			b.Errorf("%d drops, %d gate signals", s.Drops, s.GateSignals)
 		}
-		if err := tr.Close(); err != nil {
-			b.Fatal(err)
-		}
-		wait()
+		stop()
 		return v
 	}
 	// Interleaved rounds, each configuration's best: load from other work
