@@ -49,9 +49,12 @@ func child(t *testing.T, env ...string) *exec.Cmd {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	// Until it has exec'd, the child shows this process's name and
-	// environment.
+	// environment; the exec takes the new name before it sets out the new
+	// environment, which reads empty until then.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid)); string(b) == "sleep\n" {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid))
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid))
+		if string(comm) == "sleep\n" && len(environ) > 0 {
 			return cmd
 		}
 		if time.Now().After(deadline) {
