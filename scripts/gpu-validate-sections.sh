@@ -285,11 +285,10 @@ section_channels() {
 	"${CH[@]}" watch --format json --duration 120s >"$SEC/watch.jsonl" 2>"$SEC/watch.err" &
 	wpid=$!
 	CH_PIDS+=("$wpid")
-	for ((i = 0; i < 300; i++)); do
-		[ -z "$(ls -A "$CH_PIN" 2>/dev/null)" ] || break
-		kill -0 "$wpid" 2>/dev/null || break
-		sleep 0.1
-	done
+	# The victim starts once watch says its tracer is attached (pinned
+	# maps appear before that): what a process does on the driver earlier
+	# is not recorded. A watch that fails shows its error in the steps.
+	wait_for "$SEC/watch.err" 60 '^watching: ' "$wpid" || true
 	rm -f "$SEC/victim.in"
 	mkfifo -m 600 "$SEC/victim.in"
 	ran "${victim[@]}"

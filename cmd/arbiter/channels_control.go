@@ -270,7 +270,9 @@ channel-group control processes issue on the driver's control device, and
 each exit of a traced process, while keeping the handle registry. With
 --pin (the default) the tracer stays attached after watch exits, so handles
 of processes started later are still recorded for list, timeslice and
-suspend; --pin=false removes it on exit.`,
+suspend; --pin=false removes it on exit. Once the tracer is attached it
+says so on stderr ("watching: ..."): processes that create their CUDA
+context after that line are recorded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.format != "text" && o.format != "json" {
@@ -293,6 +295,13 @@ suspend; --pin=false removes it on exit.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: resuming channel groups a previous run left suspended: %v\n", k.ResumeErr)
 			}
 			defer k.Close()
+			// Said once the tracer is attached: what a process does on
+			// the driver from now on is recorded (scripts wait for it).
+			onExit := "detached on exit (--pin=false)"
+			if keepPinned {
+				onExit = "left attached on exit (--pin)"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "watching: the RM tracer is attached, %s; Ctrl-C stops\n", onExit)
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +37,50 @@ func runChannels(ctx context.Context, o *channelsOptions, args ...string) (strin
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	err := cmd.ExecuteContext(ctx)
 	return out.String(), errw.String(), err
+}
+
+// lockedBuffer is a bytes.Buffer that one goroutine writes while another
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitText waits until b holds every one of want, failing the test if the
+// command writing it ends first (done) or a minute passes.
+func waitText(t *testing.T, b *lockedBuffer, done <-chan error, want ...string) {
+	t.Helper()
+	has := func() bool {
+		s := b.String()
+		for _, w := range want {
+			if !strings.Contains(s, w) {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(time.Minute); !has(); time.Sleep(10 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("the command ended (%v) before it wrote %q:\n%s", err, want, b.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q within a minute:\n%s", want, b.String())
+		}
+	}
 }
 
 func TestChannelsErrors(t *testing.T) {
@@ -166,34 +211,33 @@ func TestChannelsStandin(t *testing.T) {
 		return runChannels(ctx, &channelsOptions{}, append(args, flags...)...)
 	}
 
-	// watch, with a process starting while it runs.
-	type result struct {
-		out, errw string
-		err       error
-	}
-	done := make(chan result)
+	// watch, with a process starting once it says it is attached; it is
+	// stopped once it has shown the process's calls (or after a minute).
+	var wout, werr lockedBuffer
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	watched := make(chan error, 1)
 	go func() {
-		out, errw, err := run(context.Background(), "watch", "--duration", "1500ms")
-		done <- result{out, errw, err}
+		cmd := newChannelsCmdWith(&channelsOptions{})
+		cmd.SetOut(&wout)
+		cmd.SetErr(&werr)
+		cmd.SetArgs(append([]string{"watch"}, flags...))
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		watched <- cmd.ExecuteContext(wctx)
 	}()
-	time.Sleep(300 * time.Millisecond) // let watch attach
+	waitText(t, &werr, watched, "watching: the RM tracer is attached, left attached on exit (--pin)")
 	sp, pid := startStandinProcess(t, bin, ctl)
-	w := <-done
-	if w.err != nil {
-		t.Fatalf("watch: %v\n%s", w.err, w.errw)
-	}
-	if !strings.Contains(w.errw, "undecodable; dropped in the kernel: 0 (ring buffer full)") || !strings.Contains(w.errw, "tracer: ") {
-		t.Errorf("watch did not report its counters: %q", w.errw)
-	}
-	for _, want := range []string{
+	waitText(t, &wout, watched,
 		fmt.Sprintf("pid %d rm_alloc fd %d client 0xc1d00042 parent 0x0 object 0xc1d00042 client", pid, sp.fd),
 		fmt.Sprintf("pid %d rm_alloc fd %d client 0xc1d00042 parent 0x5c000001 object 0x5c000003 channel-group engine graphics", pid, sp.fd),
 		fmt.Sprintf("pid %d rm_alloc fd %d client 0xc1d00042 parent 0x5c000001 object 0x5c000005 channel-group engine copy0", pid, sp.fd),
-		fmt.Sprintf("pid %d rm_control fd %d client 0xc1d00042 object 0x5c000003 SET_TIMESLICE 2000", pid, sp.fd),
-	} {
-		if !strings.Contains(w.out, want) {
-			t.Errorf("watch output lacks %q:\n%s", want, w.out)
-		}
+		fmt.Sprintf("pid %d rm_control fd %d client 0xc1d00042 object 0x5c000003 SET_TIMESLICE 2000", pid, sp.fd))
+	stopWatch()
+	if err := <-watched; err != nil {
+		t.Fatalf("watch: %v\n%s", err, werr.String())
+	}
+	if errw := werr.String(); !strings.Contains(errw, "undecodable; dropped in the kernel: 0 (ring buffer full)") || !strings.Contains(errw, "tracer: ") {
+		t.Errorf("watch did not report its counters: %q", errw)
 	}
 
 	// list, from the pinned tracer and state watch left.
