@@ -143,8 +143,8 @@ func TestSharedGPUColocationInflatesLatency(t *testing.T) {
 	colocated := runLC(t, b, node, 2)
 	tr := stopTrain(t, be)
 	// Other work on the machine only slows a run down: where it spoiled
-	// the exclusive baseline's tail, take the best of up to three.
-	for i := 0; i < 2 && colocated.P99US < 4*alone.P99US; i++ {
+	// the exclusive baseline's tail, take the best of up to five.
+	for i := 0; i < 4 && colocated.P99US < 4*alone.P99US; i++ {
 		if again := runLC(t, b, node, 2); again.P99US < alone.P99US {
 			alone = again
 		}
@@ -154,17 +154,16 @@ func TestSharedGPUColocationInflatesLatency(t *testing.T) {
 
 	// Alone a request is 8 × ~110 µs; beside BE each of its 8 layers
 	// waits for up to a 1024 µs BE timeslice, ~9 ms in all (measured
-	// ratios on an idle machine: 6-9× at p50, 5-8× at p99; without the
-	// interference both would be about 1). The p99 of a 2 s run is its
-	// second-slowest request of some 200: on a machine with no CPU to
-	// spare, the alone run's tail is the CPU scheduler's (4.9-5.3 ms
-	// measured, 2.4-2.7× at p99), so the tail's bound is 2×, the
-	// median's 4×.
+	// ratios: 6-9× at p50, 5-8× at p99). The bounds leave room for a
+	// noisy alone run on a loaded machine. The p99 of a 2 s run is its
+	// second-slowest request of some 200: where the machine has no CPU
+	// to spare, the alone run's tail is the CPU scheduler's (4.9-5.3 ms
+	// against about 1 ms), hence the retries above.
 	if colocated.P50US < 4*alone.P50US {
 		t.Errorf("p50 beside BE %.0f µs, want >= 4× alone (%.0f µs)", colocated.P50US, alone.P50US)
 	}
-	if colocated.P99US < 2*alone.P99US {
-		t.Errorf("p99 beside BE %.0f µs, want >= 2× alone (%.0f µs)", colocated.P99US, alone.P99US)
+	if colocated.P99US < 3*alone.P99US {
+		t.Errorf("p99 beside BE %.0f µs, want >= 3× alone (%.0f µs)", colocated.P99US, alone.P99US)
 	}
 	// BE yields to LC only for LC's ~7% of GPU time.
 	if tr.LaunchesPerS < 150 || tr.LaunchesPerS > 201 {
