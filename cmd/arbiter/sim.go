@@ -62,7 +62,7 @@ is replayed through a spec; given one, sim prints a spec to start from.`,
 	fl.DurationVar(&f.duration, "duration", 0, "simulated time per run (default: the spec's duration, else 60s)")
 	fl.StringVar(&f.out, "out", "", "directory for report.json and the SVG plots")
 	fl.StringVar(&f.format, "format", "table", "what to print on stdout: table or json (the report.json content)")
-	fl.StringVar(&f.policy, "policy", "", "Rego policy directory: adds the arbiter baseline")
+	fl.StringVar(&f.policy, "policy", "", "Rego policy directory for the arbiter baseline (added last unless --baselines names it)")
 	fl.DurationVar(&f.window, "timeline-window", 50*time.Millisecond, "simulated time shown in timeline.svg")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress or warnings on stderr")
 	_ = cmd.MarkFlagRequired("workload")
@@ -125,7 +125,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	if dur == 0 {
 		dur = time.Minute
 	}
-	if f.policy != "" {
+	if f.policy != "" && !slices.Contains(names, whatif.Arbiter) {
 		names = append(names, whatif.Arbiter)
 	}
 	cfg := &whatif.Config{

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,5 +282,27 @@ func TestSimArbiterBaseline(t *testing.T) {
 	}
 	if a.Controller == nil || a.Controller.Suspends == 0 || a.Controller.Suspends != a.Controller.Resumes {
 		t.Errorf("engine actions %+v", a.Controller)
+	}
+}
+
+// TestSimArbiterBaselineNamed: a --baselines list that names arbiter,
+// with --policy, runs it once, where the list puts it.
+func TestSimArbiterBaselineNamed(t *testing.T) {
+	out, err := runSimCmd(t, "--workload", filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml"),
+		"--policy", filepath.Join("..", "..", "rego", "default"), "--baselines", "arbiter,exclusive", "--duration", "2s",
+		"--format", "json", "--quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r report.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	var names []string
+	for _, b := range r.Baselines {
+		names = append(names, b.Name)
+	}
+	if !slices.Equal(names, []string{"arbiter", "exclusive"}) {
+		t.Errorf("baselines %v, want [arbiter exclusive]", names)
 	}
 }
