@@ -90,6 +90,9 @@ func (s *policyService) Status() web.PolicyStatus {
 		return s.bundleStatus(st, pol)
 	}
 	if s.lp.watcher == nil {
+		// The embedded default: loaded once, at start, never reloaded.
+		ev, _ := pol.Evaluator()
+		st.LoadedAt, st.Evaluator = s.lp.started, string(ev)
 		return st
 	}
 	ws := s.lp.watcher.Status()

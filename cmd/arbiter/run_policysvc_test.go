@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -111,9 +112,14 @@ func TestPolicyService(t *testing.T) {
 }
 
 // TestPolicyServiceEmbedded: with the embedded default policy there is no
-// directory to write; changes are refused with what to do.
+// directory to write; changes are refused with what to do; its status
+// says when it was loaded and how it is evaluated.
 func TestPolicyServiceEmbedded(t *testing.T) {
+	before := time.Now()
 	s := newTestPolicyService(t, "")
+	if st := s.Status(); st.LoadedAt.Before(before) || st.LoadedAt.After(time.Now()) || st.Evaluator == "" {
+		t.Errorf("embedded policy loaded at %v (want between %v and now), evaluator %q", st.LoadedAt, before, st.Evaluator)
+	}
 	if _, err := s.Apply(context.Background(), web.PolicyFiles{"p.rego": []byte(svcPolicy), "p_test.rego": []byte(svcTest)}); !errors.Is(err, errEmbedded) {
 		t.Errorf("apply on the embedded policy: %v", err)
 	}
