@@ -334,3 +334,17 @@ func TestConsoleMount(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusGPUsWithoutNVML: on a node where NVML lists no GPU, the
+// status names the GPUs the engine sees, as /gpus does, so that status and
+// ps agree.
+func TestStatusGPUsWithoutNVML(t *testing.T) {
+	f := newFixture(t, 40, Limits{})
+	f.s.opts.Node.GPUs = nil
+	f.eng.waitFor(t, func(s *engineSnapshot) bool { return len(s.GPUs) == 2 })
+	st := decode[StatusView](t, f.do("GET", "/api/v1/status", nil).Body.Bytes())
+	g := decode[struct{ GPUs []GPUItem }](t, f.do("GET", "/api/v1/gpus", nil).Body.Bytes())
+	if len(st.Node.GPUs) != 2 || st.Node.GPUs[0].Index != 0 || st.Node.GPUs[1].Index != 1 || len(g.GPUs) != 2 {
+		t.Errorf("status GPUs %+v, /gpus %+v: want GPUs 0 and 1 in both", st.Node.GPUs, g.GPUs)
+	}
+}

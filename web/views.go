@@ -1,6 +1,8 @@
 package web
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -217,9 +219,13 @@ func (s *Server) status(v view) StatusView {
 			EnforceErrors: st.EnforceErrors, VictimCalls: st.VictimCalls, VictimErrors: st.VictimErrors,
 			Escalations: st.Escalations, Relaxes: st.Relaxes, HarvestsSkipped: st.HarvestsSkipped, Arms: st.Arms},
 		Counts: v.counts(), DecisionsTotal: v.snap.DecisionsTotal, PreemptionsTotal: v.snap.PreemptionsTotal}
-	if out.Node.GPUs == nil {
-		out.Node.GPUs = []NodeGPU{}
+	// The GPUs as /gpus lists them: NVML's, and those only the trace
+	// shows (a node without NVML), by index.
+	out.Node.GPUs = []NodeGPU{}
+	for _, g := range s.gpus(v) {
+		out.Node.GPUs = append(out.Node.GPUs, g.NodeGPU)
 	}
+	slices.SortFunc(out.Node.GPUs, func(a, b NodeGPU) int { return cmp.Compare(a.Index, b.Index) })
 	if out.Node.Levels == nil {
 		out.Node.Levels = []LevelSupport{}
 	}

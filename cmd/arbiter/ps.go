@@ -263,7 +263,12 @@ func writeStatus(w io.Writer, st web.StatusView) error {
 		}
 	}
 	c := st.Counts
-	fmt.Fprintf(w, "processes: %d (%d unmanaged)\n", c.Processes, c.Unmanaged)
+	fmt.Fprintf(w, "processes: %d", c.Processes)
+	if c.Unmanaged > 0 {
+		// Counted in their classes too; ps says which and why.
+		fmt.Fprintf(w, " (%d unmanaged: arbiter ps says which and why)", c.Unmanaged)
+	}
+	fmt.Fprintln(w)
 	classes := make([]string, 0, len(c.Classes))
 	for k := range c.Classes {
 		classes = append(classes, k)
