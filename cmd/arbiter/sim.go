@@ -107,6 +107,11 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		}
 	}
 	file, err := loadSpec(f.workload)
+	if tr, ok := errors.AsType[*errTraceGiven](err); ok {
+		if _, werr := io.WriteString(cmd.OutOrStdout(), tr.spec); werr != nil {
+			return fmt.Errorf("%w (and writing the spec: %v)", err, werr)
+		}
+	}
 	if err != nil {
 		return err
 	}

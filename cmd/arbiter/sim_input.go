@@ -12,9 +12,24 @@ import (
 	"github.com/gpu-arbiter/arbiter/sim/workload"
 )
 
-// loadSpec loads a workload spec. Given a trace recorded by `arbiter trace
-// --record` instead, it fails with a spec that replays the trace, ready to
-// save, for the user to set each process's class.
+// errTraceGiven is loadSpec's answer to a trace recorded by `arbiter trace
+// --record` given instead of a spec: spec replays every process of it,
+// for the user to save and set each process's class. sim prints spec on
+// stdout, so that it can be redirected into a file, and the error on
+// stderr.
+type errTraceGiven struct {
+	path, spec string
+}
+
+func (e *errTraceGiven) Error() string {
+	return fmt.Sprintf("%s is a trace recorded by arbiter trace --record, not a workload spec; "+
+		"a spec that replays it is on stdout: save it beside the trace (arbiter sim --workload %s > %s.yaml), "+
+		"set each process's class to lc or be, give LC processes an SLO, then run arbiter sim --workload on it",
+		e.path, e.path, strings.TrimSuffix(e.path, filepath.Ext(e.path)))
+}
+
+// loadSpec loads a workload spec, or fails with *errTraceGiven given a
+// trace.
 func loadSpec(path string) (*workload.File, error) {
 	fh, err := os.Open(path)
 	if err != nil {
@@ -33,9 +48,7 @@ func loadSpec(path string) (*workload.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s is a trace recorded by arbiter trace --record, and it cannot be read: %w", path, err)
 	}
-	return nil, fmt.Errorf("%s is a trace recorded by arbiter trace --record, not a workload spec; "+
-		"replay it from a spec such as this one (save it beside the trace, set each class to lc or be, "+
-		"give LC processes an SLO, then run arbiter sim --workload on it):\n\n%s", path, replaySpec(path, procs))
+	return nil, &errTraceGiven{path: path, spec: replaySpec(path, procs)}
 }
 
 // replaySpec writes a spec that replays every process of a trace.

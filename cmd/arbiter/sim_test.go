@@ -19,6 +19,7 @@ import (
 func runSimCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := newSimCmd()
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true // as under the root command
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
@@ -201,15 +202,18 @@ func TestSimCommandJSON(t *testing.T) {
 }
 
 // TestSimCommandTrace: given a recorded trace instead of a spec, sim says
-// so and prints a spec that replays it, and that spec runs.
+// so and prints a spec that replays it on stdout, alone, so that it can be
+// redirected into a file, and that spec runs.
 func TestSimCommandTrace(t *testing.T) {
 	trace := filepath.Join("..", "..", "examples", "workloads", "recorded", "stub-infer-train.arbt")
-	_, err := runSimCmd(t, "--workload", trace, "--quiet")
+	spec, err := runSimCmd(t, "--workload", trace, "--quiet")
 	if err == nil || !strings.Contains(err.Error(), "is a trace recorded by arbiter trace --record, not a workload spec") ||
-		strings.Contains(err.Error(), "control characters") {
+		!strings.Contains(err.Error(), "on stdout") || strings.Contains(err.Error(), "control characters") || strings.Contains(err.Error(), "name: ") {
 		t.Fatalf("got %v", err)
 	}
-	spec := err.Error()[strings.Index(err.Error(), "name: "):]
+	if !strings.HasPrefix(spec, "name: ") {
+		t.Fatalf("stdout is not the spec alone:\n%s", spec)
+	}
 	for _, want := range []string{"file: stub-infer-train.arbt", "comm: infer, name: infer, class: be", "driver calls",
 		"duration: 3.065s   # the trace's calls span 3.064", "request_end: sync"} {
 		if !strings.Contains(spec, want) {
