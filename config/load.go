@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpu-arbiter/arbiter/internal/yamlsyntax"
 )
 
 // Resolve returns the configuration the daemon starts from, before flags:
@@ -50,7 +52,7 @@ func Parse(name string, data []byte) (Config, error) {
 		if errors.Is(err, io.EOF) {
 			return cfg, nil // an empty file, or one of comments only
 		}
-		return Config{}, fmt.Errorf("config: %s: not valid YAML: %w", name, err)
+		return Config{}, fmt.Errorf("config: %s: not valid YAML: %s", name, yamlsyntax.Message(err, data))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {

@@ -14,6 +14,8 @@ import (
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpu-arbiter/arbiter/internal/yamlsyntax"
 )
 
 // maxSpecBytes bounds a spec file.
@@ -98,7 +100,7 @@ func Parse(data []byte, name string) (*File, error) {
 	var root yamlv3.Node
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {
-		return nil, &FieldError{File: name, Msg: "not valid YAML or JSON: " + clip(strings.TrimPrefix(err.Error(), "yaml: "), 200)}
+		return nil, &FieldError{File: name, Msg: "not valid YAML or JSON: " + clip(yamlsyntax.Message(err, data), 200)}
 	}
 	lines := map[string]int{}
 	doc := &root

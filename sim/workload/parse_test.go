@@ -103,6 +103,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate name", "gpus: 1\nbe: [{name: b, gpu: 0, kernel: 1ms}, {name: b, gpu: 0, kernel: 1ms}]\n", `be[1].name: name "b" already used at be[0].name`},
 		{"no workloads", "gpus: 1\n", "no workloads"},
 		{"not yaml", "gpus: [1\n", "x.yaml: not valid YAML or JSON"},
+		{"unclosed flow mapping, its line", "name: x\ngpus: 1\nlc:\n  - name: a\n    arrival: {process: poisson, rate: 10\n    request: []\n",
+			"x.yaml: not valid YAML or JSON: line 5: did not find expected ',' or '}'"},
 		{"negative slo", base("    slo: {target: -1ms}\n"), "x.yaml:8: lc[0].slo.target: -1ms: must be positive"},
 		{"cv on const", "gpus: 1\nbe: [{name: b, gpu: 0, kernel: {mean: 1ms, cv: 1}}]\n", "be[0].kernel.cv: cv applies to dist lognormal only"},
 		{"trace without times", strings.Replace(base(""), "{process: poisson, rate: 10}", "{process: trace}", 1), "lc[0].arrival: process trace needs exactly one of times and file"},
