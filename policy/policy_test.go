@@ -326,8 +326,8 @@ func writeBundle(t *testing.T, path string, files map[string]string) {
 // TestCopiedPolicyFile: a copy of a policy file left in its directory
 // repeats its package METADATA block, which OPA reports only as "package
 // annotation redeclared"; the loader names both files and the likely
-// cause. The helper library alone, and a single file, given where a
-// policy is expected, say what they are.
+// cause. The helper library alone, files of another package, and a
+// single file, given where a policy is expected, say what they are.
 func TestCopiedPolicyFile(t *testing.T) {
 	one := "# METADATA\n# title: a policy\n" + header + "classify := default_decision\n"
 	dir := writeDir(t, map[string]string{"policy.rego": one, "policy-copy.rego": one})
@@ -344,6 +344,12 @@ func TestCopiedPolicyFile(t *testing.T) {
 	if diags := Diagnostics(err); len(diags) != 1 || diags[0].Code != CodeEntrypoint ||
 		!strings.Contains(diags[0].Message, "these files are the helper library (package arbiter.lib), not a policy") {
 		t.Fatalf("the library alone: %v", err)
+	}
+	other := writeDir(t, map[string]string{"p.rego": "package foo\n\nx := 1\n"})
+	_, err = Load(context.Background(), other, nil)
+	if diags := Diagnostics(err); len(diags) != 1 || diags[0].Code != CodeEntrypoint ||
+		!strings.Contains(diags[0].Message, "the policy's files are in package foo, not package arbiter") || strings.Contains(diags[0].Message, "helper library") {
+		t.Fatalf("a policy in another package: %v", err)
 	}
 
 	file := filepath.Join(dir, "policy.rego")

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -22,12 +23,22 @@ func (p *Policy) checkEntrypoints() []Diagnostic {
 				Message: fmt.Sprintf("no rule data.arbiter.%s: a policy defines classify and default_decision in package arbiter", e)})
 		}
 	}
-	if len(diags) == 2 && definesPackage(p.src.Modules, libPackage) && !definesPackage(p.src.Modules, "data.arbiter") {
-		// Only the helper library (rego/lib), given where a policy was
-		// expected.
-		diags = []Diagnostic{{Code: CodeEntrypoint, File: p.src.Name, Message: "no rule data.arbiter.classify or " +
-			"data.arbiter.default_decision: these files are the helper library (package arbiter.lib), not a policy; " +
-			"a policy defines both rules in package arbiter (see rego/default) and gets the library with it"}}
+	if own := ownPackages(p.src); len(diags) == 2 && !slices.Contains(own, "data.arbiter") {
+		msg := "no rule data.arbiter.classify or data.arbiter.default_decision: "
+		if slices.Equal(own, []string{libPackage}) {
+			// Only the helper library (rego/lib), given where a policy
+			// was expected.
+			msg += "these files are the helper library (package arbiter.lib), not a policy; " +
+				"a policy defines both rules in package arbiter (see rego/default) and gets the library with it"
+		} else {
+			names := make([]string, len(own))
+			for i, pkg := range own {
+				names[i] = strings.TrimPrefix(pkg, "data.")
+			}
+			msg += fmt.Sprintf("the policy's files are in package %s, not package arbiter, where a policy defines both rules (see rego/default)",
+				strings.Join(names, ", "))
+		}
+		diags = []Diagnostic{{Code: CodeEntrypoint, File: p.src.Name, Message: msg}}
 	}
 	for _, x := range []struct {
 		entry  string
@@ -71,6 +82,19 @@ func (p *Policy) checkEntrypoints() []Diagnostic {
 		}
 	}
 	return diags
+}
+
+// ownPackages lists the packages of the policy's own files (not of the
+// library the loader added), sorted, each once.
+func ownPackages(src *Source) []string {
+	var out []string
+	for name, m := range src.Modules {
+		if pkg := m.Package.Path.String(); !strings.HasPrefix(name, embeddedPrefix) && !slices.Contains(out, pkg) {
+			out = append(out, pkg)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func locDiag(loc *ast.Location, msg string) Diagnostic {
