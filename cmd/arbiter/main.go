@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -20,7 +21,7 @@ func main() {
 	err := newRootCmd(version).ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "arbiter:", err)
+		fmt.Fprintln(os.Stderr, errorText(err))
 		var ec exitCoder
 		if errors.As(err, &ec) {
 			os.Exit(ec.ExitCode())
@@ -33,4 +34,18 @@ func main() {
 type exitCoder interface {
 	error
 	ExitCode() int
+}
+
+// errorText is how main prints a command's error: after "arbiter: ",
+// unless it names the command already ("arbiter sim: ..."), and with the
+// usage line where the root command was given one it does not have.
+func errorText(err error) string {
+	msg := err.Error()
+	if strings.HasPrefix(msg, "unknown command ") && strings.Contains(msg, `for "arbiter"`) && !strings.Contains(msg, "\nusage: ") {
+		msg += "\n" + rootUsage
+	}
+	if strings.HasPrefix(msg, "arbiter ") {
+		return msg
+	}
+	return "arbiter: " + msg
 }

@@ -18,7 +18,9 @@ shared with best-effort work (training, batch), with no change to the
 applications or the driver.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version, // --version, as the version command prints it
 	}
+	root.SetVersionTemplate("arbiter {{.Version}}\n")
 	root.AddCommand(
 		newVersionCmd(version),
 		newSimCmd(),
@@ -34,10 +36,17 @@ applications or the driver.`,
 	root.InitDefaultCompletionCmd()
 	usageErrors(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if !c.HasParent() {
+			return fmt.Errorf("%w\n%s", err, rootUsage)
+		}
 		return fmt.Errorf("%w\nusage: %s", err, c.UseLine())
 	})
 	return root
 }
+
+// rootUsage is the usage line of the root command, which only holds
+// commands.
+const rootUsage = "usage: arbiter COMMAND (arbiter --help lists them)"
 
 // ownUsageErrors is the annotation of a command that words its own
 // argument errors (the channels family, see reportErrors).

@@ -73,3 +73,33 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRootErrors: main prints a command's error once prefixed with the
+// program's name, names the root's usage where the root was given a flag
+// or command it does not have, and --version prints what version does.
+func TestRootErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // what main prints: errorText of the error, or the output
+	}{
+		{[]string{"sim"}, "arbiter sim: required flag(s) \"workload\" not set\nusage: arbiter sim --workload FILE"},
+		{[]string{"bogus"}, "arbiter: unknown command \"bogus\" for \"arbiter\"\nusage: arbiter COMMAND (arbiter --help lists them)"},
+		{[]string{"--bogus"}, "arbiter: unknown flag: --bogus\nusage: arbiter COMMAND (arbiter --help lists them)"},
+		{[]string{"--version"}, "arbiter test\n"},
+	} {
+		root := newRootCmd("test")
+		var out strings.Builder
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(c.args)
+		var got string
+		if err := root.Execute(); err != nil {
+			got = errorText(err)
+		} else {
+			got = out.String()
+		}
+		if !strings.HasPrefix(got, c.want) || strings.Contains(got, "arbiter: arbiter") {
+			t.Errorf("%v: %q, want %q", c.args, got, c.want)
+		}
+	}
+}
