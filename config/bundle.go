@@ -50,21 +50,21 @@ func bundleSettings() []Setting {
 			get:   func(c *Config) string { return c.BundleTokenFile },
 			set:   func(c *Config, v string) error { c.BundleTokenFile = v; return checkOptionalPath(v) }},
 		{Key: "bundle_poll",
-			Usage: "least wait between two polls of the bundle server; up to half again is added at random",
+			Usage: "least wait (a `duration`) between two polls of the bundle server; up to half again is added at random",
 			get:   func(c *Config) string { return c.BundlePoll.String() },
 			set: func(c *Config, v string) (err error) {
 				c.BundlePoll, err = parseDuration(v, MinBundlePoll)
 				return err
 			}},
 		{Key: "bundle_timeout",
-			Usage: "time limit of one request to the bundle server, the download included",
+			Usage: "time limit (a `duration`) of one request to the bundle server, the download included",
 			get:   func(c *Config) string { return c.BundleTimeout.String() },
 			set: func(c *Config, v string) (err error) {
 				c.BundleTimeout, err = parseDuration(v, time.Millisecond)
 				return err
 			}},
 		{Key: "bundle_max_bytes",
-			Usage: "largest bundle downloaded, in bytes or with a KiB, MiB or GiB suffix",
+			Usage: "largest bundle downloaded, a `size` in bytes or with a KiB, MiB or GiB suffix",
 			get:   func(c *Config) string { return formatBytes(c.BundleMaxBytes) },
 			set: func(c *Config, v string) (err error) {
 				c.BundleMaxBytes, err = parseBytes(v)

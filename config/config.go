@@ -140,7 +140,8 @@ func Default() Config {
 type Setting struct {
 	// Key is the YAML key, e.g. "state_dir".
 	Key string
-	// Usage is the one-line help of the flag.
+	// Usage is the one-line help of the flag; a word in back quotes
+	// names the kind of value in the flag's help ("a `duration`").
 	Usage string
 	// Bool is true for a setting that takes true or false.
 	Bool bool

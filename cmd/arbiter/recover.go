@@ -68,10 +68,10 @@ saying what.`,
 		daemonCfg = config.Default()
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.gatePinDir, "gate-pin-dir", daemonCfg.BPFFS, "bpffs directory where the daemon pins the launch gate (default: the daemon's --bpffs)")
+	f.StringVar(&o.gatePinDir, "gate-pin-dir", daemonCfg.BPFFS, "bpffs directory where the daemon pins the launch gate; the default is the daemon's bpffs, from its config file")
 	f.StringVar(&o.format, "format", "text", "output format: text or json")
 	c := &o.channels
-	f.StringVar(&c.stateDir, "state-dir", nvrmStateDir(daemonCfg), "directory of the handle registry's state file and lock (default: nvrm/ in the daemon's --state-dir)")
+	f.StringVar(&c.stateDir, "state-dir", nvrmStateDir(daemonCfg), "directory of the handle registry's state file and lock; the default is nvrm/ in the daemon's state directory, from its config file")
 	f.StringVar(&c.control, "control", nvrm.ControlPath, "the driver's control device")
 	f.StringVar(&c.controlRdev, "control-rdev", "195:255", "the control device's number (major:minor)")
 	f.IntVar(&c.acceptErrno, "accept-errno", 0, "treat ioctls failing with this errno as run by RM (stand-in control files only)")

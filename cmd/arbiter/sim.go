@@ -64,7 +64,7 @@ is replayed through a spec; given one, sim prints a spec to start from.`,
 	fl.StringVar(&f.format, "format", "table", "what to print on stdout: table or json (the report.json content)")
 	fl.StringVar(&f.policy, "policy", "", "Rego policy directory for the arbiter baseline (added last unless --baselines names it)")
 	fl.DurationVar(&f.window, "timeline-window", 50*time.Millisecond, "simulated time shown in timeline.svg")
-	fl.BoolVar(&f.quiet, "quiet", false, "no progress or warnings on stderr")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress or warnings on stderr")
 	_ = cmd.MarkFlagRequired("workload")
 	return cmd
 }
