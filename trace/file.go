@@ -282,6 +282,9 @@ type Reader struct {
 func NewReader(r io.Reader) (*Reader, error) {
 	tr := &Reader{br: bufio.NewReaderSize(r, 64<<10)}
 	var fixed [len(Magic) + 2]byte
+	if _, err := tr.br.Peek(1); err == io.EOF {
+		return nil, &FormatError{Offset: 0, Msg: "empty: no trace file header, no events (a recording is at least its header)"}
+	}
 	if err := tr.readFull(fixed[:], "file header", KindInvalid); err != nil {
 		return nil, err
 	}

@@ -227,6 +227,7 @@ func TestCorruptFiles(t *testing.T) {
 	}{
 		{"bad magic", patch(0, 'X'), 0, "not a trace file"},
 		{"future version", patch(8, 2), 8, "format version 2 unsupported"},
+		{"empty", nil, 0, "empty: no trace file header, no events"},
 		{"huge header block", patch(10, 0xff, 0xff, 0xff, 0x7f), 10, "header block length 268435455 exceeds"},
 		{"host too long", append(append([]byte(Magic), 1, 0, 3, 0, 0x80, 0x02), make([]byte, 10)...), 12, "header host: length 256 exceeds 255"},
 		{"unknown kind", patch(rec0, 0x3e), rec0, "unknown kind 62"},

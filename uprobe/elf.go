@@ -37,9 +37,14 @@ func resolveSymbols(path string) (map[trace.Func]symbol, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
+	magic := make([]byte, 4)
+	if n, _ := f.ReadAt(magic, 0); n < 4 || string(magic) != elf.ELFMAG {
+		return nil, fmt.Errorf("%s is not an ELF shared library (it starts with %q, not %q): give the path of the driver's libcuda.so.1",
+			path, magic[:n], elf.ELFMAG)
+	}
 	ef, err := elf.NewFile(f)
 	if err != nil {
-		return nil, fmt.Errorf("%s is not an ELF shared library (%w): give the path of the driver's libcuda.so.1", path, err)
+		return nil, fmt.Errorf("%s is not a valid ELF shared library (%w): give the path of the driver's libcuda.so.1", path, err)
 	}
 	defer ef.Close()
 	byName, err := resolveELF(ef, f, path, func(name string) bool {

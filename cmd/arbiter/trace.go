@@ -308,6 +308,9 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 			readErr = fmt.Errorf("write events: %w", err)
 		}
 	}
+	if who := filter.unmatched(); replay != nil && readErr == nil && who != "" && o.format != "json" {
+		fmt.Fprintf(stderr, "warning: no event of the replay passed --pid, --cgroup or --comm; the file holds events of processes %s\n", who)
+	}
 	if err := printSummary(stderr, o.format, sum, stats, wall); err != nil && readErr == nil {
 		readErr = fmt.Errorf("write summary: %w", err)
 	}

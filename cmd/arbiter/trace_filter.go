@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,7 +31,15 @@ type eventFilter struct {
 	// names caches each process's name: from its exec event, else procfs.
 	names       map[uint32]string
 	cacheMisses bool
+	// matched is set once an event passed; until then missed keeps the
+	// processes of the events that did not (some of them), for a replay
+	// whose filters match nothing to say what the file holds.
+	matched bool
+	missed  map[uint32]string
 }
+
+// missedMax bounds the processes eventFilter.missed keeps.
+const missedMax = 16
 
 // taskCommLen is the kernel's TASK_COMM_LEN: names are cut to 15 bytes.
 const taskCommLen = 16
@@ -89,15 +99,38 @@ func (f *eventFilter) match(ev *trace.Event) (string, bool) {
 	if ev.Kind == trace.KindExit {
 		delete(f.names, ev.PID)
 	}
-	if f.pids != nil || f.cgroups != nil {
-		if !f.pids[ev.PID] && !f.cgroups[ev.Cgroup] {
-			return name, false
+	if (f.pids != nil || f.cgroups != nil) && !f.pids[ev.PID] && !f.cgroups[ev.Cgroup] || f.comms != nil && !f.comms[name] {
+		if !f.matched && len(f.missed) < missedMax {
+			if f.missed == nil {
+				f.missed = map[uint32]string{}
+			}
+			f.missed[ev.PID] = name
 		}
-	}
-	if f.comms != nil && !f.comms[name] {
 		return name, false
 	}
+	f.matched = true
 	return name, true
+}
+
+// unmatched says, when filters were given and no event passed them, which
+// processes the events came from (some of them); "" otherwise.
+func (f *eventFilter) unmatched() string {
+	if f.matched || len(f.missed) == 0 {
+		return ""
+	}
+	pids := slices.Sorted(maps.Keys(f.missed))
+	parts := make([]string, len(pids))
+	for i, pid := range pids {
+		parts[i] = strconv.FormatUint(uint64(pid), 10)
+		if n := f.missed[pid]; n != "" {
+			parts[i] += " (" + printable(n) + ")"
+		}
+	}
+	more := ""
+	if len(pids) == missedMax {
+		more = ", ..."
+	}
+	return strings.Join(parts, ", ") + more
 }
 
 // name returns the process name of ev's PID: an exec or exit event carries

@@ -135,6 +135,23 @@ func TestTraceReplayText(t *testing.T) {
 	}
 }
 
+// TestTraceReplayNoMatch: a replay whose --pid matches none of the file's
+// processes says so and names those it holds, where a filter that
+// matches says nothing of it.
+func TestTraceReplayNoMatch(t *testing.T) {
+	path := writeReplay(t, replayEvents())
+	_, stderr, err := runCmd(t, "trace", "--replay", path, "--pid", "4242")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "warning: no event of the replay passed --pid, --cgroup or --comm; the file holds events of processes 100 (infer), 200, 300"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr:\n%s\nwant %q", stderr, want)
+	}
+	if _, stderr, err = runCmd(t, "trace", "--replay", path, "--pid", "100"); err != nil || strings.Contains(stderr, "warning") {
+		t.Errorf("a filter that matches: %v, stderr:\n%s", err, stderr)
+	}
+}
+
 func TestTraceReplayJSON(t *testing.T) {
 	path := writeReplay(t, replayEvents()[:8])
 	stdout, _, err := runCmd(t, "trace", "--replay", path, "--format", "json", "--pid", "100", "--pid", "200")

@@ -13,7 +13,11 @@ import (
 // model, a row per workload and baseline, and footnotes that explain
 // flagged rows and figures whose meaning differs by baseline.
 func (r *Report) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "workload %s: %d GPU(s), %v simulated, seed %d\n", r.Workload, r.GPUs, time.Duration(r.DurationNS), r.Seed)
+	gpus := "GPUs"
+	if r.GPUs == 1 {
+		gpus = "GPU"
+	}
+	fmt.Fprintf(w, "workload %s: %d %s, %v simulated, seed %d\n", r.Workload, r.GPUs, gpus, time.Duration(r.DurationNS), r.Seed)
 	m := &r.Model
 	fmt.Fprintf(w, "model: timeslice %s, context switch %s, preemption %s (%s granularity)",
 		dur(m.TimesliceNS), dur(m.ContextSwitchNS), dur(m.PreemptionNS), m.Granularity)
