@@ -42,7 +42,11 @@ func (p *progress) report(s whatif.Progress) {
 		frac := float64(s.Simulated) / float64(s.Total)
 		elapsed := t.Sub(p.start)
 		eta := time.Duration(float64(elapsed) * (1 - frac) / frac).Round(time.Second)
-		line += fmt.Sprintf("; %.0f%% of all runs, about %v left", 100*frac, eta)
+		left := fmt.Sprintf("about %v left", eta)
+		if eta == 0 {
+			left = "under a second left"
+		}
+		line += fmt.Sprintf("; %.0f%% of all runs, %s", 100*frac, left)
 	}
 	fmt.Fprintln(p.w, line)
 }

@@ -256,6 +256,14 @@ func TestSimProgress(t *testing.T) {
 	if got := b.String(); got != want {
 		t.Errorf("progress\n got %q\nwant %q", got, want)
 	}
+	// Nearly done: less than half a second left is not "about 0s".
+	b.Reset()
+	now = now.Add(time.Second)
+	s.Simulated = 95
+	p.report(s)
+	if want := "; 95% of all runs, under a second left\n"; !strings.HasSuffix(b.String(), want) {
+		t.Errorf("progress near the end %q, want it to end %q", b.String(), want)
+	}
 }
 
 // TestSimArbiterBaseline: --policy runs the real policy and the engine in
