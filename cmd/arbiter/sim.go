@@ -212,9 +212,9 @@ func checkOutDir(dir string) error {
 			err = pe.Err // the probe file's name says nothing
 		}
 		if at != filepath.Clean(dir) {
-			return fmt.Errorf("--out %s: cannot be created: %s, the nearest directory that exists, cannot be written (%w)", dir, at, err)
+			return fmt.Errorf("--out %s: cannot be created: %s, the nearest directory that exists, cannot be written (creating a file in it: %w)", dir, at, err)
 		}
-		return fmt.Errorf("--out %s: cannot be written (%w)", dir, err)
+		return fmt.Errorf("--out %s: cannot be written (creating a file in it: %w)", dir, err)
 	}
 	probe.Close()
 	return os.Remove(probe.Name())
