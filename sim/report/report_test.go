@@ -35,9 +35,15 @@ func TestTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"workload w: 1 GPU, 1s simulated, seed 3", "timeslice", "5.01ms", "9.91ms", "2.50", "50.0%", "0.75", "12.5", "97.0%"} {
+	for _, want := range []string{"workload w: 1 GPU, 1s simulated, seed 3", "timeslice", "5.01ms", "9.91ms", "2.50", "50.0%", "0.75", "12.5", "97.0%",
+		"\npreempt/s and GPU util are each baseline's, over all its GPUs and workloads: on its first row\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for i, line := range strings.Split(out, "\n") {
+		if strings.HasSuffix(line, " ") {
+			t.Errorf("line %d ends in spaces: %q", i+1, line)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
@@ -25,11 +26,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "; closed-loop control latency %s (%s)", dur(m.ControlLatencyNS), m.ControlLatencySource)
 	}
 	fmt.Fprint(w, "\n\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	// The rows go through a buffer, to drop the padding of the empty
+	// cells at the end of a baseline's later rows.
+	var rows bytes.Buffer
+	tw := tabwriter.NewWriter(&rows, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "baseline\tworkload\tclass\tarrived\tdone\twaiting\tp50\tp99\tp99.9\tp99/excl\tSLO\tBE thru/excl\tpreempt/s\tGPU util\t")
 	var notes []string
-	offered, unbalanced := false, false
+	offered, unbalanced, shared := false, false, false
 	for _, b := range r.Baselines {
+		shared = shared || len(b.LC)+len(b.BE) > 1
 		first := true
 		common := func() string {
 			if !first {
@@ -62,7 +67,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(notes) > 0 || offered || unbalanced {
+	for line := range bytes.Lines(rows.Bytes()) {
+		if _, err := fmt.Fprintf(w, "%s\n", bytes.TrimRight(line, " \n")); err != nil {
+			return err
+		}
+	}
+	if len(notes) > 0 || offered || unbalanced || shared {
 		fmt.Fprintln(w)
 	}
 	for _, n := range notes {
@@ -70,6 +80,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if unbalanced {
 		fmt.Fprintln(w, "arrived = done + waiting + in service at the end + turned away (max_pending); report.json (--out, --format json) has each")
+	}
+	if shared {
+		fmt.Fprintln(w, "preempt/s and GPU util are each baseline's, over all its GPUs and workloads: on its first row")
 	}
 	if offered {
 		fmt.Fprintln(w, "* exclusive GPU util is the load the workloads offer: their solo runs' GPU time over GPUs × duration;")
