@@ -15,9 +15,11 @@ import (
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
-// DefaultStateDir holds the registry's state file and the keeper lock.
-// It is on tmpfs: after a reboot no process it described exists.
-const DefaultStateDir = "/run/arbiter/nvrm"
+// DefaultStateDir holds the registry's state file and the keeper lock:
+// nvrm/ in the daemon's default state directory, where the daemon and
+// arbiter channels keep them unless configured otherwise. State of an
+// earlier boot is dropped on reading (the files carry the boot id).
+const DefaultStateDir = "/var/lib/arbiter/nvrm"
 
 // ErrKeeperRunning is returned by OpenKeeper while another process keeps
 // the registry.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpu-arbiter/arbiter/config"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/nvrm"
 )
@@ -66,10 +67,21 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
   sudo arbiter channels suspend 4242 --for 5s
   sudo arbiter channels resume 4242`,
 	}
+	// By default the commands use the daemon's registry, lock and pinned
+	// tracer, where its configuration says they are: with a daemon
+	// running, they find it keeping the registry, read its saved state and
+	// leave control to it, rather than keep a second registry and drain
+	// the tracer it reads.
+	daemonCfg, _, err := config.Resolve("")
+	if err != nil {
+		daemonCfg = config.Default()
+	}
 	p := cmd.PersistentFlags()
 	p.StringVar(&o.format, "format", "text", "output: text or json (with json, errors too are written to stdout as JSON)")
-	p.StringVar(&o.stateDir, "state-dir", nvrm.DefaultStateDir, "directory of the handle registry's state file and lock")
-	p.StringVar(&o.pinPath, "pin-path", nvrm.DefaultPinPath, "bpffs directory where the tracer is pinned")
+	p.StringVar(&o.stateDir, "state-dir", nvrmStateDir(daemonCfg),
+		"directory of the handle registry's state file and lock; the default is the daemon's (nvrm/ in its state directory, from its config file)")
+	p.StringVar(&o.pinPath, "pin-path", nvrmPinPath(daemonCfg),
+		"bpffs directory where the tracer is pinned; the default is the daemon's (nvrm/ in its bpffs directory, from its config file)")
 	p.StringVar(&o.control, "control", nvrm.ControlPath, "the driver's control device")
 	p.StringVar(&o.controlRdev, "control-rdev", "195:255", "the control device's number (major:minor)")
 	p.IntVar(&o.acceptErrno, "accept-errno", 0, "treat ioctls failing with this errno as run by RM (stand-in control files only)")

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpu-arbiter/arbiter/config"
 	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/internal/rmstandin"
@@ -538,5 +539,48 @@ func TestChannelsJSONErrors(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || json.Unmarshal(stdout.Bytes(), &got) != nil || got.ExitCode != 1 ||
 		!strings.HasPrefix(stderr.String(), "arbiter: no NVIDIA driver") {
 		t.Fatalf("main: %v\nstdout %s\nstderr %s", err, stdout.String(), stderr.String())
+	}
+}
+
+// TestChannelsUseTheDaemonsRegistry: by default the channels commands use
+// the daemon's state directory and pinned tracer, so that with a daemon
+// running they find it keeping the registry: list shows its saved state,
+// control refuses, and neither drains the tracer the daemon reads.
+func TestChannelsUseTheDaemonsRegistry(t *testing.T) {
+	cmd := newChannelsCmd()
+	cfg, _, err := config.Resolve("") // the daemon's configuration, as it reads it
+	if err != nil {
+		cfg = config.Default()
+	}
+	if got, want := cmd.PersistentFlags().Lookup("state-dir").DefValue, nvrmStateDir(cfg); got != want {
+		t.Errorf("--state-dir defaults to %s, the daemon keeps its registry in %s", got, want)
+	}
+	if got, want := cmd.PersistentFlags().Lookup("pin-path").DefValue, nvrmPinPath(cfg); got != want {
+		t.Errorf("--pin-path defaults to %s, the daemon pins its tracer in %s", got, want)
+	}
+
+	// A keeper holding the state directory, as a daemon does.
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	k, err := nvrm.OpenKeeper(&nvrm.KeeperOptions{StateDir: state, Trace: nvrm.TraceNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	present := filepath.Join(dir, "nvidiactl")
+	if err := os.WriteFile(present, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	all := func() (caps.Set, error) { return ^caps.Set(0), nil }
+	args := []string{"--control", present, "--state-dir", state, "--pin-path", "", "--driver-version", "575.51.03"}
+	o := channelsOptions{haveCaps: all}
+	_, errw, err := runChannels(context.Background(), &o, append([]string{"list", "--no-query"}, args...)...)
+	if err != nil || !strings.Contains(errw, "showing its saved state") {
+		t.Errorf("list beside a keeper: %v, stderr %q", err, errw)
+	}
+	o = channelsOptions{haveCaps: all}
+	if _, _, err := runChannels(context.Background(), &o, append([]string{"suspend", "42"}, args...)...); !errors.Is(err, nvrm.ErrKeeperRunning) ||
+		!strings.Contains(err.Error(), "control channels through it") {
+		t.Errorf("suspend beside a keeper: %v", err)
 	}
 }

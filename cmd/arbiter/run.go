@@ -208,8 +208,12 @@ func (d *daemon) podLookup() func(uid string) (input.Pod, bool) {
 }
 
 // nvrmStateDir is where the daemon's driver registry and its lock live;
-// arbiter recover reads the same place.
+// arbiter recover and arbiter channels read the same place.
 func nvrmStateDir(cfg config.Config) string { return filepath.Join(cfg.StateDir, "nvrm") }
+
+// nvrmPinPath is where the daemon pins the RM tracer; arbiter channels
+// drains the same one.
+func nvrmPinPath(cfg config.Config) string { return filepath.Join(cfg.BPFFS, "nvrm") }
 
 func (d *daemon) run(ctx context.Context) (err error) {
 	defer func() {
@@ -306,7 +310,7 @@ func (d *daemon) openDriver(enf *liveEnforcer) error {
 	accept := syscall.Errno(d.driver.acceptErrno)
 	layout, lerr := d.driver.layout()
 	opts := &nvrm.KeeperOptions{StateDir: nvrmStateDir(d.cfg), Trace: nvrm.TraceAlways,
-		Tracer: nvrm.TracerOptions{ControlRdev: rdev, AcceptErrno: accept, PinPath: filepath.Join(d.cfg.BPFFS, "nvrm")}}
+		Tracer: nvrm.TracerOptions{ControlRdev: rdev, AcceptErrno: accept, PinPath: nvrmPinPath(d.cfg)}}
 	if lerr == nil {
 		opts.Controller = nvrm.ControllerOptions{Layout: layout, ControlRdev: rdev, AcceptErrno: accept}
 	}
