@@ -102,7 +102,7 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
 	// With no command, channels lists, as channels list does.
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			return fmt.Errorf("unknown command %q%s", args[0], didYouMean(cmd, args[0]))
+			return usageErrorf("unknown command %q%s", args[0], didYouMean(cmd, args[0]))
 		}
 		return nil
 	}
@@ -114,7 +114,7 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
 		o.reportErrors(sub)
 	}
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return fmt.Errorf("%w\nusage: %s", err, c.UseLine())
+		return usageErrorf("%w\nusage: %s", err, c.UseLine())
 	})
 	return cmd
 }
@@ -136,11 +136,11 @@ func (o *channelsOptions) reportErrors(sub *cobra.Command) {
 	sub.Annotations[ownUsageErrors] = "channels"
 	sub.RunE = func(cmd *cobra.Command, args []string) error {
 		if o.format != "text" && o.format != "json" {
-			return fmt.Errorf("--format %q: want text or json\nusage: %s", o.format, cmd.UseLine())
+			return usageErrorf("--format %q: want text or json\nusage: %s", o.format, cmd.UseLine())
 		}
 		err := validate(cmd, args)
 		if err != nil {
-			err = fmt.Errorf("%s: %w\nusage: %s", cmd.CommandPath(), err, cmd.UseLine())
+			err = usageErrorf("%s: %w\nusage: %s", cmd.CommandPath(), err, cmd.UseLine())
 		} else {
 			err = run(cmd, args)
 		}
@@ -195,7 +195,7 @@ func (o *channelsOptions) rdev() (nvrm.Rdev, error) {
 	a, err1 := strconv.ParseUint(maj, 10, 12)
 	b, err2 := strconv.ParseUint(min, 10, 20)
 	if !ok || err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("--control-rdev %q: want major:minor, e.g. 195:255", o.controlRdev)
+		return 0, usageErrorf("--control-rdev %q: want major:minor, e.g. 195:255", o.controlRdev)
 	}
 	return nvrm.MkRdev(uint32(a), uint32(b)), nil
 }

@@ -166,7 +166,7 @@ process.`,
 			}
 			method, err := nvrm.ParseSuspendMethod(methodName)
 			if err != nil {
-				return fmt.Errorf("--method %q: want auto, schedule or disable-channels", methodName)
+				return usageErrorf("--method %q: want auto, schedule or disable-channels", methodName)
 			}
 			k, err := o.controlKeeper(cmd.ErrOrStderr(), "controlling another process's channels")
 			if err != nil {
@@ -276,7 +276,7 @@ context after that line are recorded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.format != "text" && o.format != "json" {
-				return fmt.Errorf("--format %q: want text or json", o.format)
+				return usageErrorf("--format %q: want text or json", o.format)
 			}
 			if err := o.checkDriver(); err != nil {
 				return err

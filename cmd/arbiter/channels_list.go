@@ -70,7 +70,7 @@ type listedProcess struct {
 
 func runChannelsList(o *channelsOptions, query bool, stdout, stderr io.Writer) error {
 	if o.format != "text" && o.format != "json" {
-		return fmt.Errorf("--format %q: want text or json", o.format)
+		return usageErrorf("--format %q: want text or json", o.format)
 	}
 	if err := o.checkDriver(); err != nil {
 		return err

@@ -110,9 +110,9 @@ func TestChannelsErrors(t *testing.T) {
 		{"zero pid", channelsOptions{}, []string{"resume", "0"}, `PID "0"`, 1},
 		{"bad timeslice", channelsOptions{}, []string{"timeslice", "42", "5ms"}, `MICROSECONDS "5ms"`, 1},
 		{"bad level", channelsOptions{}, []string{"interleave", "42", "max"}, `interleave level "max"`, 1},
-		{"bad method", channelsOptions{}, []string{"suspend", "42", "--method", "preempt"}, `--method "preempt": want auto, schedule or disable-channels`, 1},
-		{"bad format", channelsOptions{}, []string{"list", "--format", "xml"}, `--format "xml"`, 1},
-		{"bad rdev", channelsOptions{haveCaps: all}, []string{"list", "--control", present, "--control-rdev", "x"}, `--control-rdev "x"`, 1},
+		{"bad method", channelsOptions{}, []string{"suspend", "42", "--method", "preempt"}, `--method "preempt": want auto, schedule or disable-channels`, 2},
+		{"bad format", channelsOptions{}, []string{"list", "--format", "xml"}, `--format "xml"`, 2},
+		{"bad rdev", channelsOptions{haveCaps: all}, []string{"list", "--control", present, "--control-rdev", "x"}, `--control-rdev "x"`, 2},
 		{"driver 530", channelsOptions{haveCaps: all}, append([]string{"timeslice", "42", "100", "--driver-version", "530.41.03"}, keep...),
 			"driver 530.41.03: driver not supported: Arbiter needs 535.43.02 or later. Before 535.43.02 RM_ALLOC's blocks had no paramsSize: NVOS21's status is at byte 24", 1},
 		{"driver 525 watch", channelsOptions{haveCaps: all}, append([]string{"watch", "--driver-version", "525.147.05"}, keep...),
@@ -500,11 +500,11 @@ func TestChannelsJSONErrors(t *testing.T) {
 	}{
 		{channelsOptions{}, []string{"list", "--format", "json", "--control", absent}, "no NVIDIA driver: " + absent + " does not exist", 1},
 		{channelsOptions{haveCaps: noCaps}, []string{"list", "--format", "json", "--control", present}, "listing channel groups needs CAP_BPF", 77},
-		{channelsOptions{}, []string{"watch", "extra", "--format", "json"}, "usage: channels watch [flags]", 1},
+		{channelsOptions{}, []string{"watch", "extra", "--format", "json"}, "usage: channels watch [flags]", 2},
 		{channelsOptions{}, []string{"watch", "--format", "json", "--control", absent}, "no NVIDIA driver", 1},
 		// channels alone lists, and --format belongs to every command.
 		{channelsOptions{}, []string{"--format", "json", "--control", absent}, "no NVIDIA driver: " + absent + " does not exist", 1},
-		{channelsOptions{}, []string{"suspend", "--format", "json"}, "usage: channels suspend PID [flags]", 1},
+		{channelsOptions{}, []string{"suspend", "--format", "json"}, "usage: channels suspend PID [flags]", 2},
 	} {
 		o := tc.o
 		out, _, err := runChannels(context.Background(), &o, tc.args...)

@@ -89,7 +89,7 @@ capture CUDA calls here, or on a usage error.`,
 // runDoctor makes the checks and prints the report.
 func runDoctor(o *doctorOptions, out io.Writer) error {
 	if o.format != "text" && o.format != "json" {
-		return fmt.Errorf("--format %q: want text or json", o.format)
+		return usageErrorf("--format %q: want text or json", o.format)
 	}
 	if o.schema {
 		_, err := out.Write(preflight.Schema())

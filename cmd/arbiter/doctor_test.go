@@ -421,14 +421,15 @@ func TestDoctorBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
+		code int // 2: used wrongly; 1: failed
 	}{
-		{[]string{"--format", "xml"}, `arbiter: --format "xml": want text or json`},
-		{[]string{"--root", "/nonexistent-root"}, `arbiter: --root: preflight: root "/nonexistent-root": stat /nonexistent-root: no such file or directory`},
-		{[]string{"extra"}, `arbiter: unknown command "extra" for "arbiter doctor"`},
+		{[]string{"--format", "xml"}, `arbiter: --format "xml": want text or json`, 2},
+		{[]string{"--root", "/nonexistent-root"}, `arbiter: --root: preflight: root "/nonexistent-root": stat /nonexistent-root: no such file or directory`, 1},
+		{[]string{"extra"}, `arbiter: unknown command "extra" for "arbiter doctor"`, 2},
 	} {
 		code, out, errOut := doctorRun(t, nil, tc.args...)
-		if code != 1 || out != "" || !strings.HasPrefix(errOut, tc.want) {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q\nwant exit 1 and %q", tc.args, code, out, errOut, tc.want)
+		if code != tc.code || out != "" || !strings.HasPrefix(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q\nwant exit %d and %q", tc.args, code, out, errOut, tc.code, tc.want)
 		}
 	}
 }

@@ -21,6 +21,7 @@ func main() {
 	err := newRootCmd(version).ExecuteContext(ctx)
 	stop()
 	if err != nil {
+		err = rootError(err)
 		fmt.Fprintln(os.Stderr, errorText(err))
 		var ec exitCoder
 		if errors.As(err, &ec) {
@@ -36,16 +37,21 @@ type exitCoder interface {
 	ExitCode() int
 }
 
-// errorText is how main prints a command's error: after "arbiter: ",
-// unless it names the command already ("arbiter sim: ..."), and with the
-// usage line where the root command was given one it does not have.
-func errorText(err error) string {
+// rootError makes cobra's own error for a command the root does not have
+// a usage error that names the root's usage.
+func rootError(err error) error {
 	msg := err.Error()
 	if strings.HasPrefix(msg, "unknown command ") && strings.Contains(msg, `for "arbiter"`) && !strings.Contains(msg, "\nusage: ") {
-		msg += "\n" + rootUsage
+		return usageErrorf("%w\n%s", err, rootUsage)
 	}
-	if strings.HasPrefix(msg, "arbiter ") {
+	return err
+}
+
+// errorText is how main prints a command's error: after "arbiter: ",
+// unless it names the command already ("arbiter sim: ...").
+func errorText(err error) string {
+	if msg := err.Error(); strings.HasPrefix(msg, "arbiter ") {
 		return msg
 	}
-	return "arbiter: " + msg
+	return "arbiter: " + err.Error()
 }

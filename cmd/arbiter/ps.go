@@ -98,7 +98,7 @@ func newPsCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "table" && format != "json" {
-				return fmt.Errorf("--format %q: want table or json", format)
+				return usageErrorf("--format %q: want table or json", format)
 			}
 			var pl web.ProcessList
 			if err := newDaemonClient(socket).get(cmd.Context(), "processes", &pl); err != nil {
@@ -197,7 +197,7 @@ func newStatusCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "text" && format != "json" {
-				return fmt.Errorf("--format %q: want text or json", format)
+				return usageErrorf("--format %q: want text or json", format)
 			}
 			var st web.StatusView
 			if err := newDaemonClient(socket).get(cmd.Context(), "status", &st); err != nil {

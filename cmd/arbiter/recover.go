@@ -149,7 +149,7 @@ type resumedProcess struct {
 // run recovers and reports; it returns an error if anything is left.
 func (o *recoverOptions) run(stdout io.Writer) error {
 	if o.format != "text" && o.format != "json" {
-		return fmt.Errorf("--format %q: want text or json", o.format)
+		return usageErrorf("--format %q: want text or json", o.format)
 	}
 	if err := o.channels.requireCaps("releasing what a stopped arbiter left (opening its pinned BPF map, controlling other processes' channels)",
 		caps.BPF, caps.SysPtrace); err != nil {

@@ -79,7 +79,7 @@ func TestRecoverNothing(t *testing.T) {
 	if _, err := os.Stat(n.stateDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("recover created the state directory: %v", err)
 	}
-	if code, out := n.recover(t, "--format", "yaml"); code != 1 || !strings.Contains(out, `--format "yaml": want text or json`) {
+	if code, out := n.recover(t, "--format", "yaml"); code != 2 || !strings.Contains(out, `--format "yaml": want text or json`) {
 		t.Errorf("bad format: exit %d, output:\n%s", code, out)
 	}
 }

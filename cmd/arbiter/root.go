@@ -37,12 +37,27 @@ applications or the driver.`,
 	usageErrors(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		if !c.HasParent() {
-			return fmt.Errorf("%w\n%s", err, rootUsage)
+			return usageErrorf("%w\n%s", err, rootUsage)
 		}
-		return fmt.Errorf("%w\nusage: %s", err, c.UseLine())
+		return usageErrorf("%w\nusage: %s", err, c.UseLine())
 	})
 	return root
 }
+
+// usageError is a command used wrongly (unknown command or flag, wrong
+// arguments, a required flag missing, a flag value it does not take):
+// exit status 2, as with other command-line tools, where a command that
+// ran and failed exits 1.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// ExitCode implements exitCoder.
+func (e *usageError) ExitCode() int { return 2 }
+
+// usageErrorf formats a usageError as fmt.Errorf does.
+func usageErrorf(format string, a ...any) error { return &usageError{fmt.Errorf(format, a...)} }
 
 // rootUsage is the usage line of the root command, which only holds
 // commands.
@@ -73,7 +88,7 @@ func usageErrors(c *cobra.Command) {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			return fmt.Errorf("%s: unknown command %q%s\nusage: %s COMMAND (%s --help lists them)",
+			return usageErrorf("%s: unknown command %q%s\nusage: %s COMMAND (%s --help lists them)",
 				cmd.CommandPath(), args[0], didYouMean(cmd, args[0]), cmd.CommandPath(), cmd.CommandPath())
 		}
 		return
@@ -92,9 +107,9 @@ func usageErrors(c *cobra.Command) {
 			return nil
 		}
 		if strings.Contains(err.Error(), cmd.CommandPath()) {
-			return fmt.Errorf("%w\nusage: %s", err, cmd.UseLine())
+			return usageErrorf("%w\nusage: %s", err, cmd.UseLine())
 		}
-		return fmt.Errorf("%s: %w\nusage: %s", cmd.CommandPath(), err, cmd.UseLine())
+		return usageErrorf("%s: %w\nusage: %s", cmd.CommandPath(), err, cmd.UseLine())
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -76,30 +77,44 @@ func TestUsageErrors(t *testing.T) {
 
 // TestRootErrors: main prints a command's error once prefixed with the
 // program's name, names the root's usage where the root was given a flag
-// or command it does not have, and --version prints what version does.
+// or command it does not have, and ends a command used wrongly with exit
+// status 2 (1 is a command that ran and failed); --version prints what
+// version does.
 func TestRootErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string // what main prints: errorText of the error, or the output
+		code int
 	}{
-		{[]string{"sim"}, "arbiter sim: required flag(s) \"workload\" not set\nusage: arbiter sim --workload FILE"},
-		{[]string{"bogus"}, "arbiter: unknown command \"bogus\" for \"arbiter\"\nusage: arbiter COMMAND (arbiter --help lists them)"},
-		{[]string{"--bogus"}, "arbiter: unknown flag: --bogus\nusage: arbiter COMMAND (arbiter --help lists them)"},
-		{[]string{"--version"}, "arbiter test\n"},
+		{[]string{"sim"}, "arbiter sim: required flag(s) \"workload\" not set\nusage: arbiter sim --workload FILE", 2},
+		{[]string{"bogus"}, "arbiter: unknown command \"bogus\" for \"arbiter\"\nusage: arbiter COMMAND (arbiter --help lists them)", 2},
+		{[]string{"--bogus"}, "arbiter: unknown flag: --bogus\nusage: arbiter COMMAND (arbiter --help lists them)", 2},
+		{[]string{"policy", "check"}, "arbiter policy check: requires at least 1 arg(s)", 2},
+		{[]string{"policy", "bogus"}, "arbiter policy: unknown command \"bogus\"", 2},
+		{[]string{"ps", "--format", "xml"}, "arbiter: --format \"xml\": want table or json", 2},
+		{[]string{"sim", "--workload", "x.yaml", "--baselines", "nope"}, "arbiter: --baselines: unknown baseline \"nope\"", 2},
+		{[]string{"channels", "suspend"}, "arbiter channels suspend: accepts 1 arg(s), received 0", 2},
+		{[]string{"sim", "--workload", "/nonexistent.yaml"}, "arbiter: read workload: open /nonexistent.yaml", 1},
+		{[]string{"--version"}, "arbiter test\n", 0},
 	} {
 		root := newRootCmd("test")
 		var out strings.Builder
 		root.SetOut(&out)
 		root.SetErr(&out)
 		root.SetArgs(c.args)
-		var got string
+		got, code := "", 0
 		if err := root.Execute(); err != nil {
-			got = errorText(err)
+			err = rootError(err)
+			got, code = errorText(err), 1
+			var ec exitCoder
+			if errors.As(err, &ec) {
+				code = ec.ExitCode()
+			}
 		} else {
 			got = out.String()
 		}
-		if !strings.HasPrefix(got, c.want) || strings.Contains(got, "arbiter: arbiter") {
-			t.Errorf("%v: %q, want %q", c.args, got, c.want)
+		if !strings.HasPrefix(got, c.want) || strings.Contains(got, "arbiter: arbiter") || code != c.code {
+			t.Errorf("%v: exit %d, %q; want exit %d, %q", c.args, code, got, c.code, c.want)
 		}
 	}
 }

@@ -80,13 +80,13 @@ func (errInterrupted) ExitCode() int { return 130 }
 
 func runSim(cmd *cobra.Command, f *simFlags) error {
 	if f.format != "table" && f.format != "json" {
-		return fmt.Errorf("--format %q: want table or json", f.format)
+		return usageErrorf("--format %q: want table or json", f.format)
 	}
 	if f.duration < 0 {
-		return fmt.Errorf("--duration %v: must not be negative", f.duration)
+		return usageErrorf("--duration %v: must not be negative", f.duration)
 	}
 	if f.window < 0 {
-		return fmt.Errorf("--timeline-window %v: must not be negative", f.window)
+		return usageErrorf("--timeline-window %v: must not be negative", f.window)
 	}
 	var names []string
 	for _, n := range strings.Split(f.baselines, ",") {
@@ -98,7 +98,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	// the spec's warnings.
 	for _, n := range names {
 		if !slices.Contains(whatif.Names(), n) {
-			return fmt.Errorf("--baselines: unknown baseline %q (known: %s)", n, strings.Join(whatif.Names(), ", "))
+			return usageErrorf("--baselines: unknown baseline %q (known: %s)", n, strings.Join(whatif.Names(), ", "))
 		}
 	}
 	if f.out != "" {

@@ -131,13 +131,13 @@ time, and the tracer's drops; with --format json as one JSON object
 		switch o.format {
 		case "text", "json":
 		default:
-			return fmt.Errorf("--format %q: want text or json", o.format)
+			return usageErrorf("--format %q: want text or json", o.format)
 		}
 		if o.duration < 0 {
-			return fmt.Errorf("--duration %v: must not be negative", o.duration)
+			return usageErrorf("--duration %v: must not be negative", o.duration)
 		}
 		if o.idleGap < 0 {
-			return fmt.Errorf("--idle-gap %v: must not be negative", o.idleGap)
+			return usageErrorf("--idle-gap %v: must not be negative", o.idleGap)
 		}
 		if o.replay != "" && len(o.libs) > 0 {
 			return errors.New("--lib applies to live tracing, not to --replay")
