@@ -18,14 +18,18 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 # Benchmarks: count and time per benchmark; override for quicker runs.
 BENCHTIME ?= 1s
 
-.PHONY: all build dist generate test bench demo clean fmt vet gpu-validate-bundle gpu-validate
+.PHONY: all build arbiter dist generate test bench demo clean fmt vet gpu-validate-bundle gpu-validate
 
 all: build
 
 ## build: the arbiter binary (static, CGO off) and the stub CUDA driver
-build:
-	$(GOBUILD) -o $(BIN)/arbiter ./cmd/arbiter
+## the tests and demo use (which needs gcc)
+build: arbiter
 	$(GO) run ./internal/cudastub/cmd/stubbuild -out $(BIN)/stub
+
+## arbiter: the arbiter binary alone: Go only, no C compiler (a GPU server)
+arbiter:
+	$(GOBUILD) -o $(BIN)/arbiter ./cmd/arbiter
 
 ## dist: linux binaries for every DIST_ARCHES, their .deb and .rpm packages
 ## (built with nfpm by internal/dist, from deploy/nfpm.yaml) and SHA256SUMS,
