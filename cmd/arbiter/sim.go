@@ -146,6 +146,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		cfg.Extra = append(cfg.Extra, extra)
 	}
 	stderr := cmd.ErrOrStderr()
+	var prog *progress
 	if !f.quiet {
 		if cmd.Flags().Changed("duration") && f.duration == 0 {
 			fmt.Fprintf(stderr, "warning: --duration 0 means the default: each run simulates %v (the spec's duration, else 1m); give a positive duration for another\n", dur)
@@ -159,9 +160,13 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		for _, w := range workload.LoadWarnings(file, dur) {
 			fmt.Fprintln(stderr, "warning:", w)
 		}
-		cfg.Progress = newProgress(stderr, time.Now).report
+		prog = newProgress(stderr, time.Now, isTerminal(stderr))
+		cfg.Progress = prog.report
 	}
 	rep, err := whatif.Run(cmd.Context(), cfg)
+	if prog != nil {
+		prog.done()
+	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) && cmd.Context().Err() != nil {
 			return errInterrupted{}

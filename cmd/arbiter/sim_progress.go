@@ -11,17 +11,30 @@ import (
 
 // progress prints, at most once a second of wall time, which baselines
 // are running and how far, how many are done of how many, and an
-// estimate of the time left from the rate so far.
+// estimate of the time left from the rate so far. On a terminal each
+// report replaces the last on one line (done ends it); elsewhere, a log
+// file, each is a line of its own.
 type progress struct {
-	w     io.Writer
-	clock func() time.Time
-	start time.Time
-	last  time.Time
+	w       io.Writer
+	clock   func() time.Time
+	start   time.Time
+	last    time.Time
+	inPlace bool
+	shown   bool // a report is on the line (inPlace)
 }
 
-func newProgress(w io.Writer, clock func() time.Time) *progress {
+func newProgress(w io.Writer, clock func() time.Time, inPlace bool) *progress {
 	now := clock()
-	return &progress{w: w, clock: clock, start: now, last: now}
+	return &progress{w: w, clock: clock, start: now, last: now, inPlace: inPlace}
+}
+
+// done ends the line of an in-place report, so that what follows starts
+// on a line of its own.
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprintln(p.w)
+		p.shown = false
+	}
 }
 
 func (p *progress) report(s whatif.Progress) {
@@ -47,6 +60,12 @@ func (p *progress) report(s whatif.Progress) {
 			left = "under a second left"
 		}
 		line += fmt.Sprintf("; %.0f%% of all runs, %s", 100*frac, left)
+	}
+	if p.inPlace {
+		// Back to the start of the line, the line cleared.
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		p.shown = true
+		return
 	}
 	fmt.Fprintln(p.w, line)
 }

@@ -244,7 +244,7 @@ func TestSimCommandTrace(t *testing.T) {
 func TestSimProgress(t *testing.T) {
 	var b bytes.Buffer
 	now := time.Unix(1000, 0)
-	p := newProgress(&b, func() time.Time { return now })
+	p := newProgress(&b, func() time.Time { return now }, false)
 	s := whatif.Progress{Baselines: 7, Done: 2, Running: []whatif.Running{{Baseline: "timeslice", Fraction: 0.5}, {Baseline: "mps", Fraction: 0.25}},
 		Simulated: 30, Total: 100}
 	p.report(s) // at once: nothing yet
@@ -263,6 +263,22 @@ func TestSimProgress(t *testing.T) {
 	p.report(s)
 	if want := "; 95% of all runs, under a second left\n"; !strings.HasSuffix(b.String(), want) {
 		t.Errorf("progress near the end %q, want it to end %q", b.String(), want)
+	}
+
+	// On a terminal, each report replaces the last on one line, which
+	// done ends.
+	b.Reset()
+	now = time.Unix(1000, 0)
+	p = newProgress(&b, func() time.Time { return now }, true)
+	for range 2 {
+		now = now.Add(2 * time.Second)
+		p.report(s)
+	}
+	p.done()
+	p.done() // once
+	line := "sim: 2/7 baselines done; running timeslice 50%, mps 25%; 95% of all runs, under a second left"
+	if want := "\r\033[K" + line + "\r\033[K" + line + "\n"; b.String() != want {
+		t.Errorf("progress on a terminal\n got %q\nwant %q", b.String(), want)
 	}
 }
 
