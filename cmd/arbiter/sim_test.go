@@ -282,13 +282,13 @@ func TestSimProgress(t *testing.T) {
 	}
 }
 
-// TestSimArbiterBaseline: --policy runs the real policy and the engine in
-// the loop as the arbiter baseline: the default policy classifies the
-// spec's latency-critical workload by its label, and the engine keeps its
-// p99 near exclusive where time-slicing inflates it by multiples.
-func TestSimArbiterBaseline(t *testing.T) {
+// simPolicyReport runs timeslice-inflation.yaml for duration under
+// baselines with the default policy (--policy rego/default) and returns
+// the report.
+func simPolicyReport(t *testing.T, baselines, duration string) report.Report {
+	t.Helper()
 	out, err := runSimCmd(t, "--workload", filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml"),
-		"--policy", filepath.Join("..", "..", "rego", "default"), "--baselines", "exclusive,timeslice", "--duration", "10s",
+		"--policy", filepath.Join("..", "..", "rego", "default"), "--baselines", baselines, "--duration", duration,
 		"--format", "json", "--quiet")
 	if err != nil {
 		t.Fatal(err)
@@ -297,6 +297,15 @@ func TestSimArbiterBaseline(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v in %s", err, out)
 	}
+	return r
+}
+
+// TestSimArbiterBaseline: --policy runs the real policy and the engine in
+// the loop as the arbiter baseline: the default policy classifies the
+// spec's latency-critical workload by its label, and the engine keeps its
+// p99 near exclusive where time-slicing inflates it by multiples.
+func TestSimArbiterBaseline(t *testing.T) {
+	r := simPolicyReport(t, "exclusive,timeslice", "10s")
 	rows := map[string]report.Baseline{}
 	for _, b := range r.Baselines {
 		rows[b.Name] = b
@@ -316,16 +325,7 @@ func TestSimArbiterBaseline(t *testing.T) {
 // TestSimArbiterBaselineNamed: a --baselines list that names arbiter,
 // with --policy, runs it once, where the list puts it.
 func TestSimArbiterBaselineNamed(t *testing.T) {
-	out, err := runSimCmd(t, "--workload", filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml"),
-		"--policy", filepath.Join("..", "..", "rego", "default"), "--baselines", "arbiter,exclusive", "--duration", "2s",
-		"--format", "json", "--quiet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r report.Report
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("%v in %s", err, out)
-	}
+	r := simPolicyReport(t, "arbiter,exclusive", "2s")
 	var names []string
 	for _, b := range r.Baselines {
 		names = append(names, b.Name)
