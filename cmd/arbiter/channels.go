@@ -206,7 +206,7 @@ func (o *channelsOptions) layout() (nvrm.Layout, error) {
 	if o.driverVersion != "" {
 		v, err := nvrm.ParseDriverVersion(o.driverVersion)
 		if err != nil {
-			return nvrm.Layout{}, fmt.Errorf("--driver-version: %w", err)
+			return nvrm.Layout{}, usageErrorf("--driver-version: %w", err)
 		}
 		return nvrm.LayoutFor(v, opts)
 	}
@@ -292,7 +292,7 @@ func bpffsRoot(p string) string {
 func parsePID(s string) (uint32, error) {
 	v, err := strconv.ParseUint(s, 10, 31)
 	if err != nil || v == 0 {
-		return 0, fmt.Errorf("PID %q: want a positive process id", s)
+		return 0, usageErrorf("PID %q: want a positive process id", s)
 	}
 	return uint32(v), nil
 }

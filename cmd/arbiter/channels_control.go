@@ -66,7 +66,7 @@ after it, a one-shot command cannot.`,
 			}
 			us, err := strconv.ParseUint(args[1], 10, 64)
 			if err != nil || us == 0 {
-				return fmt.Errorf("MICROSECONDS %q: want a positive integer", args[1])
+				return usageErrorf("MICROSECONDS %q: want a positive integer", args[1])
 			}
 			k, err := o.controlKeeper(cmd.ErrOrStderr(), "controlling another process's channels")
 			if err != nil {
@@ -115,7 +115,7 @@ what "channels list" knows.`,
 			}
 			level, err := sched.ParseInterleave(args[1])
 			if err != nil {
-				return err
+				return &usageError{err}
 			}
 			// The driver's RS_ACCESS_NICE: CAP_SYS_NICE, or CAP_SYS_ADMIN
 			// (which caps counts as covering it).

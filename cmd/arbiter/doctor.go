@@ -71,7 +71,7 @@ Exit status: 0 when every check the observe level needs passed (kernel,
 btf, memlock, bpf-permission, perf-permission, ring-buffer, bpf-cookies,
 uprobes, raw-tracepoints, libcuda: no FAIL among them), whatever the other
 levels' checks found; 1 when one of them failed, so that arbiter could not
-capture CUDA calls here, or on a usage error.`,
+capture CUDA calls here; 2 on a usage error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDoctor(o, cmd.OutOrStdout())

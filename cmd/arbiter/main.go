@@ -48,10 +48,12 @@ func rootError(err error) error {
 }
 
 // errorText is how main prints a command's error: after "arbiter: ",
-// unless it names the command already ("arbiter sim: ...").
+// unless it is a usage error that names the command already ("arbiter
+// sim: required flag ...").
 func errorText(err error) string {
-	if msg := err.Error(); strings.HasPrefix(msg, "arbiter ") {
+	msg := err.Error()
+	if _, ok := errors.AsType[*usageError](err); ok && strings.HasPrefix(msg, "arbiter ") {
 		return msg
 	}
-	return "arbiter: " + err.Error()
+	return "arbiter: " + msg
 }

@@ -94,6 +94,10 @@ func TestRootErrors(t *testing.T) {
 		{[]string{"ps", "--format", "xml"}, "arbiter: --format \"xml\": want table or json", 2},
 		{[]string{"sim", "--workload", "x.yaml", "--baselines", "nope"}, "arbiter: --baselines: unknown baseline \"nope\"", 2},
 		{[]string{"channels", "suspend"}, "arbiter channels suspend: accepts 1 arg(s), received 0", 2},
+		{[]string{"channels", "suspend", "x"}, "arbiter: PID \"x\": want a positive process id", 2},
+		{[]string{"trace", "--comm", ""}, "arbiter: --comm: empty process name", 2},
+		{[]string{"trace", "--replay", "x.arbt", "--lib", "/lib/x.so"}, "arbiter: --lib applies to live tracing, not to --replay", 2},
+		{[]string{"sim", "--workload", "x.yaml", "--baselines", "arbiter"}, "arbiter: --baselines arbiter: the arbiter baseline needs a policy", 2},
 		{[]string{"sim", "--workload", "/nonexistent.yaml"}, "arbiter: read workload: open /nonexistent.yaml", 1},
 		{[]string{"--version"}, "arbiter test\n", 0},
 	} {

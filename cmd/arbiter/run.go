@@ -143,7 +143,7 @@ func runDaemon(cmd *cobra.Command, f *runFlags) error {
 		return err
 	}
 	if f.requestGap < 0 {
-		return errors.New("--request-gap must not be negative")
+		return usageErrorf("--request-gap %v: must not be negative", f.requestGap)
 	}
 	log.Info().Str("version", version).Str("config", orNone(used)).Msg("arbiter starting")
 	if err := caps.Require("running the daemon", daemonCaps...); err != nil {

@@ -101,6 +101,9 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 			return usageErrorf("--baselines: unknown baseline %q (known: %s)", n, strings.Join(whatif.Names(), ", "))
 		}
 	}
+	if slices.Contains(names, whatif.Arbiter) && f.policy == "" {
+		return usageErrorf("--baselines %s: the arbiter baseline needs a policy: give its directory with --policy DIR (e.g. --policy rego/default)", f.baselines)
+	}
 	if f.out != "" {
 		if err := checkOutDir(f.out); err != nil {
 			return err
@@ -160,7 +163,7 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		for _, w := range workload.LoadWarnings(file, dur) {
 			fmt.Fprintln(stderr, "warning:", w)
 		}
-		prog = newProgress(stderr, time.Now, isTerminal(stderr))
+		prog = newProgress(stderr, time.Now, terminalWidth(stderr))
 		cfg.Progress = prog.report
 	}
 	rep, err := whatif.Run(cmd.Context(), cfg)

@@ -29,7 +29,7 @@ var simEpoch = time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
 func arbiterBaseline(ctx context.Context, dir string, gpus int, gap time.Duration) (whatif.Extra, error) {
 	pol, err := policy.Load(ctx, dir, nil)
 	if err != nil {
-		return whatif.Extra{}, fmt.Errorf("arbiter baseline: %w", err)
+		return whatif.Extra{}, fmt.Errorf("--policy %s: %w", dir, err)
 	}
 	node := policy.Node{Hostname: "simulated", Time: simEpoch}
 	for i := range gpus {

@@ -11,21 +11,22 @@ import (
 
 // progress prints, at most once a second of wall time, which baselines
 // are running and how far, how many are done of how many, and an
-// estimate of the time left from the rate so far. On a terminal each
-// report replaces the last on one line (done ends it); elsewhere, a log
+// estimate of the time left from the rate so far. On a terminal of known
+// width each report replaces the last on one line, cut to fit (a line
+// that wrapped could not be replaced), and done ends it; elsewhere, a log
 // file, each is a line of its own.
 type progress struct {
-	w       io.Writer
-	clock   func() time.Time
-	start   time.Time
-	last    time.Time
-	inPlace bool
-	shown   bool // a report is on the line (inPlace)
+	w     io.Writer
+	clock func() time.Time
+	start time.Time
+	last  time.Time
+	width int  // the terminal's columns; 0: a line each report
+	shown bool // a report is on the line (width > 0)
 }
 
-func newProgress(w io.Writer, clock func() time.Time, inPlace bool) *progress {
+func newProgress(w io.Writer, clock func() time.Time, width int) *progress {
 	now := clock()
-	return &progress{w: w, clock: clock, start: now, last: now, inPlace: inPlace}
+	return &progress{w: w, clock: clock, start: now, last: now, width: width}
 }
 
 // done ends the line of an in-place report, so that what follows starts
@@ -61,7 +62,10 @@ func (p *progress) report(s whatif.Progress) {
 		}
 		line += fmt.Sprintf("; %.0f%% of all runs, %s", 100*frac, left)
 	}
-	if p.inPlace {
+	if p.width > 0 {
+		if r := []rune(line); len(r) > p.width-1 {
+			line = string(r[:max(p.width-1, 0)])
+		}
 		// Back to the start of the line, the line cleared.
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		p.shown = true

@@ -244,7 +244,7 @@ func TestSimCommandTrace(t *testing.T) {
 func TestSimProgress(t *testing.T) {
 	var b bytes.Buffer
 	now := time.Unix(1000, 0)
-	p := newProgress(&b, func() time.Time { return now }, false)
+	p := newProgress(&b, func() time.Time { return now }, 0)
 	s := whatif.Progress{Baselines: 7, Done: 2, Running: []whatif.Running{{Baseline: "timeslice", Fraction: 0.5}, {Baseline: "mps", Fraction: 0.25}},
 		Simulated: 30, Total: 100}
 	p.report(s) // at once: nothing yet
@@ -265,18 +265,20 @@ func TestSimProgress(t *testing.T) {
 		t.Errorf("progress near the end %q, want it to end %q", b.String(), want)
 	}
 
-	// On a terminal, each report replaces the last on one line, which
-	// done ends.
+	// On a terminal, each report replaces the last on one line, cut to
+	// its width, which done ends.
 	b.Reset()
 	now = time.Unix(1000, 0)
-	p = newProgress(&b, func() time.Time { return now }, true)
+	p = newProgress(&b, func() time.Time { return now }, 41)
 	for range 2 {
 		now = now.Add(2 * time.Second)
 		p.report(s)
 	}
 	p.done()
 	p.done() // once
-	line := "sim: 2/7 baselines done; running timeslice 50%, mps 25%; 95% of all runs, under a second left"
+	// Cut to 40 columns: one less than the terminal's, so that the
+	// cursor stays on the line.
+	line := "sim: 2/7 baselines done; running timesli"
 	if want := "\r\033[K" + line + "\r\033[K" + line + "\n"; b.String() != want {
 		t.Errorf("progress on a terminal\n got %q\nwant %q", b.String(), want)
 	}

@@ -140,7 +140,7 @@ time, and the tracer's drops; with --format json as one JSON object
 			return usageErrorf("--idle-gap %v: must not be negative", o.idleGap)
 		}
 		if o.replay != "" && len(o.libs) > 0 {
-			return errors.New("--lib applies to live tracing, not to --replay")
+			return usageErrorf("--lib applies to live tracing, not to --replay")
 		}
 		return nil
 	}

@@ -70,7 +70,7 @@ func newEventFilter(o *traceOptions) (*eventFilter, error) {
 		f.comms = map[string]bool{}
 		for _, c := range o.comms {
 			if c == "" {
-				return nil, fmt.Errorf("--comm: empty process name")
+				return nil, usageErrorf("--comm: empty process name")
 			}
 			// Match what the kernel keeps: the first 15 bytes.
 			if len(c) > taskCommLen-1 {
@@ -170,7 +170,7 @@ func traceComm(procRoot string) func(uint32) string {
 func resolveCgroup(root, v string) (uint64, error) {
 	if id, err := strconv.ParseUint(v, 10, 64); err == nil {
 		if id == 0 {
-			return 0, fmt.Errorf("--cgroup 0: not a cgroup id")
+			return 0, usageErrorf("--cgroup 0: not a cgroup id")
 		}
 		return id, nil
 	}

@@ -296,6 +296,20 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
+// terminalWidth returns the width in columns of the terminal w is, 0 if
+// it is not one or does not say.
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0
+	}
+	return int(ws.Col)
+}
+
 // sameFile reports whether the --record path names the --replay file:
 // creating it would truncate what is being read.
 func sameFile(replay *fileSource, record string) bool {
