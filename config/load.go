@@ -52,7 +52,7 @@ func Parse(name string, data []byte) (Config, error) {
 		if errors.Is(err, io.EOF) {
 			return cfg, nil // an empty file, or one of comments only
 		}
-		return Config{}, fmt.Errorf("config: %s: not valid YAML: %s", name, yamlsyntax.Message(err, data))
+		return Config{}, fmt.Errorf("config: %s: not valid YAML: %w", name, yamlsyntax.Wrap(err, data))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
