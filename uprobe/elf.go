@@ -38,7 +38,11 @@ func resolveSymbols(path string) (map[trace.Func]symbol, error) {
 	}
 	defer f.Close()
 	magic := make([]byte, 4)
-	if n, _ := f.ReadAt(magic, 0); n < 4 || string(magic) != elf.ELFMAG {
+	n, err := f.ReadAt(magic, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if n < 4 || string(magic) != elf.ELFMAG {
 		return nil, fmt.Errorf("%s is not an ELF shared library (it starts with %q, not %q): give the path of the driver's libcuda.so.1",
 			path, magic[:n], elf.ELFMAG)
 	}

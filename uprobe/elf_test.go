@@ -171,6 +171,9 @@ func TestResolveBadFiles(t *testing.T) {
 		strings.Contains(err.Error(), "magic number") || !strings.HasSuffix(err.Error(), "give the path of the driver's libcuda.so.1") {
 		t.Errorf("text: %v", err)
 	}
+	if _, err := resolveSymbols(dir); err == nil || !strings.Contains(err.Error(), "read "+dir+": ") || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("a directory: %v", err)
+	}
 	if _, err := resolveSymbols(dir + "/missing"); err == nil {
 		t.Error("missing file resolved")
 	}

@@ -34,8 +34,9 @@ type eventFilter struct {
 	// matched is set once an event passed; until then missed keeps the
 	// processes of the events that did not (some of them), for a replay
 	// whose filters match nothing to say what the file holds.
-	matched bool
-	missed  map[uint32]string
+	matched    bool
+	missed     map[uint32]string
+	missedMore bool // more processes than missed keeps
 }
 
 // missedMax bounds the processes eventFilter.missed keeps.
@@ -100,11 +101,15 @@ func (f *eventFilter) match(ev *trace.Event) (string, bool) {
 		delete(f.names, ev.PID)
 	}
 	if (f.pids != nil || f.cgroups != nil) && !f.pids[ev.PID] && !f.cgroups[ev.Cgroup] || f.comms != nil && !f.comms[name] {
-		if !f.matched && len(f.missed) < missedMax {
-			if f.missed == nil {
-				f.missed = map[uint32]string{}
+		if _, known := f.missed[ev.PID]; !f.matched && !known {
+			if len(f.missed) == missedMax {
+				f.missedMore = true
+			} else {
+				if f.missed == nil {
+					f.missed = map[uint32]string{}
+				}
+				f.missed[ev.PID] = name
 			}
-			f.missed[ev.PID] = name
 		}
 		return name, false
 	}
@@ -127,7 +132,7 @@ func (f *eventFilter) unmatched() string {
 		}
 	}
 	more := ""
-	if len(pids) == missedMax {
+	if f.missedMore {
 		more = ", ..."
 	}
 	return strings.Join(parts, ", ") + more

@@ -536,3 +536,26 @@ func TestTraceWithoutPrivilegeExits77(t *testing.T) {
 		t.Errorf("output:\n%s", out)
 	}
 }
+
+// TestUnmatchedProcesses: the processes a filter matched none of are
+// listed up to missedMax, with "..." only when there were more.
+func TestUnmatchedProcesses(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		more bool
+	}{{missedMax, false}, {missedMax + 1, true}} {
+		f, err := newEventFilter(&traceOptions{pids: pidList{4242}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range c.n {
+			ev := trace.Event{Kind: trace.KindLaunch, PID: uint32(100 + i)}
+			f.match(&ev)
+			f.match(&ev) // seen twice, listed once
+		}
+		got := strings.TrimSuffix(f.unmatched(), ", ...")
+		if listed := strings.Count(got, ",") + 1; listed != missedMax || strings.HasSuffix(f.unmatched(), ", ...") != c.more {
+			t.Errorf("%d processes: %d listed in %q", c.n, listed, f.unmatched())
+		}
+	}
+}
