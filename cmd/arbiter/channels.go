@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpu-arbiter/arbiter/config"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/nvrm"
 )
@@ -20,6 +19,7 @@ import (
 type channelsOptions struct {
 	stateDir string
 	pinPath  string
+	cfgErr   error // why the daemon's config file did not give the defaults
 	gpu      int
 	format   string
 	// allowUnverified accepts a driver newer than the newest verified.
@@ -72,10 +72,8 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
 	// running, they find it keeping the registry, read its saved state and
 	// leave control to it, rather than keep a second registry and drain
 	// the tracer it reads.
-	daemonCfg, _, err := config.Resolve("")
-	if err != nil {
-		daemonCfg = config.Default()
-	}
+	daemonCfg, err := daemonDefaults()
+	o.cfgErr = err
 	p := cmd.PersistentFlags()
 	p.StringVar(&o.format, "format", "text", "output: text or json (with json, errors too are written to stdout as JSON)")
 	p.StringVar(&o.stateDir, "state-dir", nvrmStateDir(daemonCfg),
@@ -142,6 +140,7 @@ func (o *channelsOptions) reportErrors(sub *cobra.Command) {
 		if err != nil {
 			err = usageErrorf("%s: %w\nusage: %s", cmd.CommandPath(), err, cmd.UseLine())
 		} else {
+			warnDefaults(cmd.ErrOrStderr(), cmd, o.cfgErr, "state-dir", "pin-path")
 			err = run(cmd, args)
 		}
 		if err != nil && o.format == "json" {

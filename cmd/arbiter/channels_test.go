@@ -584,3 +584,33 @@ func TestChannelsUseTheDaemonsRegistry(t *testing.T) {
 		t.Errorf("suspend beside a keeper: %v", err)
 	}
 }
+
+// TestWarnDefaults: where the daemon's config file did not load, a
+// command that takes its defaults from it says so, naming the flags left
+// to the built-in defaults, and says nothing where they were all given.
+func TestWarnDefaults(t *testing.T) {
+	bad := errors.New("config: /etc/arbiter/config.yaml:3: listen: not HOST:PORT")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "warning: " + bad.Error() + ": --state-dir and --pin-path take the built-in default, which may not be the daemon's\n"},
+		{[]string{"--state-dir", "/s"}, "warning: " + bad.Error() + ": --pin-path takes the built-in default, which may not be the daemon's\n"},
+		{[]string{"--state-dir", "/s", "--pin-path", "/p"}, ""},
+	} {
+		cmd := newChannelsCmd()
+		if err := cmd.ParseFlags(c.args); err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		warnDefaults(&b, cmd, bad, "state-dir", "pin-path")
+		if b.String() != c.want {
+			t.Errorf("%v: %q, want %q", c.args, b.String(), c.want)
+		}
+	}
+	var b strings.Builder
+	warnDefaults(&b, newChannelsCmd(), nil, "state-dir")
+	if b.Len() != 0 {
+		t.Errorf("a config file that loaded: %q", b.String())
+	}
+}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpu-arbiter/arbiter/config"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/nvrm"
 	"github.com/gpu-arbiter/arbiter/uprobe"
@@ -21,6 +20,7 @@ import (
 type recoverOptions struct {
 	gatePinDir string
 	format     string
+	cfgErr     error // why the daemon's config file did not give the defaults
 	// channels holds the state directory and the driver flags that
 	// resuming channel groups shares with `arbiter channels`.
 	channels channelsOptions
@@ -57,16 +57,15 @@ saying what.`,
   ExecStopPost=/usr/local/bin/arbiter recover`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			warnDefaults(cmd.ErrOrStderr(), cmd, o.cfgErr, "gate-pin-dir", "state-dir")
 			return o.run(cmd.OutOrStdout())
 		},
 	}
 	// By default recover looks where the daemon's configuration says it
 	// keeps its state, as a service manager's stop-post hook runs it with
 	// no flags.
-	daemonCfg, _, err := config.Resolve("")
-	if err != nil {
-		daemonCfg = config.Default()
-	}
+	daemonCfg, err := daemonDefaults()
+	o.cfgErr = err
 	f := cmd.Flags()
 	f.StringVar(&o.gatePinDir, "gate-pin-dir", daemonCfg.BPFFS, "bpffs directory where the daemon pins the launch gate; the default is the daemon's bpffs, from its config file")
 	f.StringVar(&o.format, "format", "text", "output format: text or json")

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -205,6 +207,40 @@ func (d *daemon) podLookup() func(uid string) (input.Pod, bool) {
 		}
 		return input.Pod{UID: p.UID, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels}, true
 	}
+}
+
+// daemonDefaults is the daemon's configuration as its config file sets
+// it, for the defaults of the commands that act on what the daemon keeps
+// (recover, channels). Where the file does not load, it returns the
+// built-in defaults and why, for the command to warn of when it runs.
+func daemonDefaults() (config.Config, error) {
+	cfg, _, err := config.Resolve("")
+	if err != nil {
+		return config.Default(), err
+	}
+	return cfg, nil
+}
+
+// warnDefaults tells the user, on w, that the daemon's config file did not
+// load (err) and which of flags, not given, took the built-in defaults.
+func warnDefaults(w io.Writer, cmd *cobra.Command, err error, flags ...string) {
+	if err == nil {
+		return
+	}
+	var unset []string
+	for _, f := range flags {
+		if !cmd.Flags().Changed(f) {
+			unset = append(unset, "--"+f)
+		}
+	}
+	verb := "take"
+	switch len(unset) {
+	case 0:
+		return
+	case 1:
+		verb = "takes"
+	}
+	fmt.Fprintf(w, "warning: %v: %s %s the built-in default, which may not be the daemon's\n", err, strings.Join(unset, " and "), verb)
 }
 
 // nvrmStateDir is where the daemon's driver registry and its lock live;
