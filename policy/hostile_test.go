@@ -45,6 +45,8 @@ func TestHostileInput(t *testing.T) {
 		{"invalid UTF-8 in source", map[string]string{"p.rego": header + "classify := {\"class\": \"\xff\xfe\"}\n"}, nil, "rego_parse_error"},
 		{"data not an object", map[string]string{"p.rego": header + "classify := default_decision\n", "data.json": "[1]"}, nil, "the top level must be an object, got array"},
 		{"yaml garbage", map[string]string{"p.rego": header + "classify := default_decision\n", "data.yaml": "a: [\n"}, nil, "data.yaml: arbiter_data_error: yaml"},
+		{"yaml key out of place", map[string]string{"p.rego": header + "classify := default_decision\n", "data.yaml": "classes:\n  a: 1\n  b: 2\n  - c\n"}, nil,
+			"data.yaml: arbiter_data_error: yaml: line 4: did not find expected key"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

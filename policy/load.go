@@ -17,6 +17,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpu-arbiter/arbiter/internal/yamlsyntax"
 	"github.com/gpu-arbiter/arbiter/policy/schema"
 	"github.com/gpu-arbiter/arbiter/rego"
 )
@@ -258,7 +259,7 @@ func mergeData(dst map[string]any, p string, b []byte) error {
 	if strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml") {
 		j, err := yaml.YAMLToJSON(b)
 		if err != nil {
-			return fmt.Errorf("yaml: %w", err)
+			return fmt.Errorf("yaml: %w", yamlsyntax.Wrap(err, b))
 		}
 		b = j
 	}

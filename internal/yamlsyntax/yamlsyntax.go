@@ -19,6 +19,9 @@
 // on the next line with the comma there (`[1` then `, 2]`) looks broken
 // when cut after its first line: an error later with the same wording is
 // then placed on that line.
+//
+// The errors of go.yaml.in/yaml/v2 (through sigs.k8s.io/yaml) name their
+// problems in the same words, so Message places them the same way.
 package yamlsyntax
 
 import (
