@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpu-arbiter/arbiter/config"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
 	"github.com/gpu-arbiter/arbiter/nvrm"
 	"github.com/gpu-arbiter/arbiter/uprobe"
@@ -18,11 +19,16 @@ import (
 
 // recoverOptions are the flags of `arbiter recover`.
 type recoverOptions struct {
-	gatePinDir string
-	format     string
-	cfgErr     error // why the daemon's config file did not give the defaults
-	// channels holds the state directory and the driver flags that
-	// resuming channel groups shares with `arbiter channels`.
+	// bpffs and stateDir are the daemon's --bpffs (where it pins the
+	// launch gate) and --state-dir (whose nvrm/ holds the suspension
+	// records), as arbiter run takes them.
+	bpffs    string
+	stateDir string
+	format   string
+	cfgErr   error // why the daemon's config file did not give the defaults
+	// channels holds the registry directory (nvrm/ in stateDir) and the
+	// driver flags that resuming channel groups shares with `arbiter
+	// channels`.
 	channels channelsOptions
 }
 
@@ -45,7 +51,9 @@ the suspension records of a state file of a format it does not read (it
 names the file, the version found and the versions it reads).
 
 It is meant for the service manager's stop hook (ExecStopPost= in systemd),
-run after the daemon exited however it exited. It needs no daemon, is safe
+run after the daemon exited however it exited. It looks where the daemon's
+config file says the daemon keeps its state; a daemon run with its own
+--state-dir and --bpffs is recovered with the same two flags. It needs no daemon, is safe
 to run again, and says "nothing to recover" where nothing was left. It
 refuses to run while an arbiter keeps the state directory. Every process is
 tried; the command exits non-zero if anything could not be released, after
@@ -57,7 +65,8 @@ saying what.`,
   ExecStopPost=/usr/local/bin/arbiter recover`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			warnDefaults(cmd.ErrOrStderr(), cmd, o.cfgErr, "gate-pin-dir", "state-dir")
+			warnDefaults(cmd.ErrOrStderr(), cmd, o.cfgErr, "bpffs", "state-dir")
+			o.channels.stateDir = nvrmStateDir(config.Config{StateDir: o.stateDir})
 			return o.run(cmd.OutOrStdout())
 		},
 	}
@@ -67,10 +76,13 @@ saying what.`,
 	daemonCfg, err := daemonDefaults()
 	o.cfgErr = err
 	f := cmd.Flags()
-	f.StringVar(&o.gatePinDir, "gate-pin-dir", daemonCfg.BPFFS, "bpffs directory where the daemon pins the launch gate; the default is the daemon's bpffs, from its config file")
+	f.StringVar(&o.bpffs, "bpffs", daemonCfg.BPFFS, "the daemon's --bpffs, where it pins the launch gate; the default is from its config file")
+	f.StringVar(&o.stateDir, "state-dir", daemonCfg.StateDir, "the daemon's --state-dir, whose nvrm/ holds what it suspended; the default is from its config file")
 	f.StringVar(&o.format, "format", "text", "output format: text or json")
+	// The flag's earlier name.
+	f.StringVar(&o.bpffs, "gate-pin-dir", daemonCfg.BPFFS, "")
+	_ = f.MarkDeprecated("gate-pin-dir", "use --bpffs, as arbiter run takes it")
 	c := &o.channels
-	f.StringVar(&c.stateDir, "state-dir", nvrmStateDir(daemonCfg), "directory of the handle registry's state file and lock; the default is nvrm/ in the daemon's state directory, from its config file")
 	f.StringVar(&c.control, "control", nvrm.ControlPath, "the driver's control device")
 	f.StringVar(&c.controlRdev, "control-rdev", "195:255", "the control device's number (major:minor)")
 	f.IntVar(&c.acceptErrno, "accept-errno", 0, "treat ioctls failing with this errno as run by RM (stand-in control files only)")
@@ -155,7 +167,7 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 		return err
 	}
 	rep := &recoverReport{
-		Gate:       gateRecovery{Pin: filepath.Join(o.gatePinDir, uprobe.GateMapName), Format: uprobe.GateFormat, Released: []releasedProcess{}},
+		Gate:       gateRecovery{Pin: filepath.Join(o.bpffs, uprobe.GateMapName), Format: uprobe.GateFormat, Released: []releasedProcess{}},
 		OtherGates: []gateRecovery{},
 		Channels:   channelRecovery{StateDir: o.channels.stateDir, Resumed: []resumedProcess{}},
 		Warnings:   []string{},
@@ -171,7 +183,7 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 	// The keeper lock, where taken, is held while the gate is released, so
 	// that no daemon starts meanwhile.
 	o.releaseGate(rep)
-	for _, g := range otherGates(o.gatePinDir) {
+	for _, g := range otherGates(o.bpffs) {
 		rep.OtherGates = append(rep.OtherGates, g.rec)
 		rep.Warnings = append(rep.Warnings, g.refusal)
 		rep.Errors = append(rep.Errors, g.errs...)

@@ -47,9 +47,9 @@ func TestRecoverResumesChannels(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.Close()
-	driver := []string{"--control", ctl, "--control-rdev", "1:7", "--accept-errno", "25", "--driver-version", "575.51.03", "--state-dir", n.stateDir}
+	driver := []string{"--control", ctl, "--control-rdev", "1:7", "--accept-errno", "25", "--driver-version", "575.51.03"}
 
-	suspend := exec.Command(os.Args[0], append([]string{"channels", "suspend", fmt.Sprint(pid), "--for", "1h", "--pin-path", ""}, driver...)...)
+	suspend := exec.Command(os.Args[0], append([]string{"channels", "suspend", fmt.Sprint(pid), "--for", "1h", "--pin-path", "", "--state-dir", n.stateDir}, driver...)...)
 	suspend.Env = append(os.Environ(), "ARBITER_TEST_MAIN=1")
 	suspend.Stderr = os.Stderr
 	out, err := suspend.StdoutPipe()
@@ -81,14 +81,14 @@ func TestRecoverResumesChannels(t *testing.T) {
 		t.Fatalf("%d groups recorded suspended after the kill, want 1", k)
 	}
 
-	code, got := runMain(t, append([]string{"recover", "--gate-pin-dir", n.pinDir}, driver...)...)
+	code, got := runMain(t, append([]string{"recover", "--bpffs", n.pinDir, "--state-dir", filepath.Dir(n.stateDir)}, driver...)...)
 	if want := fmt.Sprintf("channels: process %d: resumed 1 channel group(s)\n", pid); code != 0 || got != want {
 		t.Errorf("recover: exit %d, output:\n%s\nwant:\n%s", code, got, want)
 	}
 	if k := left(); k != 0 {
 		t.Errorf("%d groups still recorded suspended", k)
 	}
-	if code, got := runMain(t, append([]string{"recover", "--gate-pin-dir", n.pinDir}, driver...)...); code != 0 || got != "nothing to recover\n" {
+	if code, got := runMain(t, append([]string{"recover", "--bpffs", n.pinDir, "--state-dir", filepath.Dir(n.stateDir)}, driver...)...); code != 0 || got != "nothing to recover\n" {
 		t.Errorf("second recover: exit %d\n%s", code, got)
 	}
 }

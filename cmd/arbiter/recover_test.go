@@ -48,14 +48,16 @@ func newRecoverNode(t *testing.T) *recoverNode {
 		testenv.Skip(t, "mount bpffs: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(fs, 0) })
-	return &recoverNode{pinDir: filepath.Join(fs, "arbiter"), stateDir: filepath.Join(dir, "state")}
+	// stateDir is the registry's directory: nvrm/ in the daemon's state
+	// directory, dir.
+	return &recoverNode{pinDir: filepath.Join(fs, "arbiter"), stateDir: filepath.Join(dir, "nvrm")}
 }
 
 // recover runs `arbiter recover` through main and returns its exit code
 // and output.
 func (n *recoverNode) recover(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	return runMain(t, append([]string{"recover", "--gate-pin-dir", n.pinDir, "--state-dir", n.stateDir}, args...)...)
+	return runMain(t, append([]string{"recover", "--bpffs", n.pinDir, "--state-dir", filepath.Dir(n.stateDir)}, args...)...)
 }
 
 // TestRecoverNothing checks recover on a node where nothing ever ran:
@@ -94,7 +96,7 @@ func TestRecoverUnprivileged(t *testing.T) {
 	}
 	drop := "-bpf,-sys_admin,-sys_ptrace"
 	cmd := exec.Command(setpriv, "--bounding-set="+drop, "--inh-caps="+drop, os.Args[0],
-		"recover", "--gate-pin-dir", n.pinDir, "--state-dir", n.stateDir)
+		"recover", "--bpffs", n.pinDir, "--state-dir", filepath.Dir(n.stateDir))
 	cmd.Env = append(os.Environ(), "ARBITER_TEST_MAIN=1")
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError

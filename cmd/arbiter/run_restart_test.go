@@ -76,7 +76,7 @@ func TestDaemonRestartReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nvrmDir := nvrmStateDirOf(node)
+	nvrmDir := node.stateDir
 	recordStandin(t, nvrmDir, sp, standin)
 	driver := []string{"--control-rdev", "1:7", "--accept-errno", "25", "--driver-version", "575.51.03"}
 	obs := newResumeObserver(t, standin)

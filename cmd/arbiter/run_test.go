@@ -286,7 +286,7 @@ func TestDaemonFailSafe(t *testing.T) {
 		t.Fatal("the held process ran again with no one to release it: the gate did not survive the daemon")
 	}
 	start := time.Now()
-	code, out := runMain(t, "recover", "--gate-pin-dir", node.pinDir, "--state-dir", nvrmStateDirOf(node))
+	code, out := runMain(t, "recover", "--bpffs", node.pinDir, "--state-dir", filepath.Dir(node.stateDir))
 	if code != 0 || !strings.Contains(out, fmt.Sprint(pid)) {
 		t.Fatalf("recover: exit %d\n%s", code, out)
 	}
@@ -335,7 +335,7 @@ func TestDaemonKilledWhileArmed(t *testing.T) {
 		}
 	}
 	d.stop(syscall.SIGKILL)
-	code, out := runMain(t, "recover", "--gate-pin-dir", node.pinDir, "--state-dir", nvrmStateDirOf(node))
+	code, out := runMain(t, "recover", "--bpffs", node.pinDir, "--state-dir", filepath.Dir(node.stateDir))
 	if code != 0 {
 		t.Fatalf("recover: exit %d\n%s", code, out)
 	}
@@ -348,8 +348,6 @@ func TestDaemonKilledWhileArmed(t *testing.T) {
 		}
 	}
 }
-
-func nvrmStateDirOf(n *recoverNode) string { return filepath.Join(filepath.Dir(n.stateDir), "nvrm") }
 
 // TestDaemonRefusesBadPolicy: a policy that fails its checks keeps the
 // daemon from starting, naming the file, row and column.
