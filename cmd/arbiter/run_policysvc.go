@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing/fstest"
 	"time"
 
@@ -34,6 +35,9 @@ type policyService struct {
 	node func() policy.Node
 	mu   sync.Mutex
 	hist []revision
+	// applying is set while Apply or Rollback reloads the directory,
+	// which records the revision itself, with its origin.
+	applying atomic.Bool
 }
 
 // revision is one applied policy and its files, for rollback.
@@ -56,12 +60,40 @@ func errBundle(url string) error {
 func newPolicyService(lp *livePolicy, eng func() *engine.Engine, proc *procfs.FS, node func() policy.Node) *policyService {
 	s := &policyService{lp: lp, eng: eng, proc: proc, node: node}
 	files, _ := s.readDir()
+	names := sortedNames(files)
+	if lp.dir == "" || lp.bundles != nil {
+		names = lp.current().Source().Files() // the embedded default's, a bundle's: not the service's to keep
+	}
 	s.hist = append(s.hist, revision{PolicyRevision: web.PolicyRevision{Revision: lp.current().Revision(), AppliedAt: time.Now().UTC(),
-		Files: sortedNames(files), Origin: "startup"}, files: files})
-	if lp.bundles != nil {
+		Files: names, Origin: "startup"}, files: files})
+	switch {
+	case lp.bundles != nil:
 		lp.onReload(func(string) { s.recordBundle() })
+	case lp.watcher != nil:
+		lp.onReload(func(string) { s.recordFile() })
 	}
 	return s
+}
+
+// recordFile adds a revision the watcher loaded from the directory (a
+// change on disk, SIGHUP) to the history, with its files, for rollback;
+// one Apply or Rollback reloads records itself.
+func (s *policyService) recordFile() {
+	if s.applying.Load() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rev := s.lp.current().Revision()
+	if n := len(s.hist); n > 0 && s.hist[n-1].Revision == rev {
+		return
+	}
+	files, err := s.readDir()
+	if err != nil {
+		files = nil // listed, not offered for rollback
+	}
+	s.hist = append(s.hist, revision{PolicyRevision: web.PolicyRevision{Revision: rev, AppliedAt: time.Now().UTC(),
+		Files: sortedNames(files), Origin: "file"}, files: files})
 }
 
 // recordBundle adds the bundle just swapped in to the history; its files
@@ -201,11 +233,15 @@ func (s *policyService) Rollback(ctx context.Context, rev string) (string, error
 		files = s.hist[i].files
 	}
 	s.mu.Unlock()
-	if s.lp.bundles != nil {
+	switch {
+	case s.lp.bundles != nil:
 		return "", errBundle(s.lp.bundles.Status().URL)
-	}
-	if i < 0 || files == nil {
+	case s.lp.watcher == nil:
+		return "", errEmbedded
+	case i < 0:
 		return "", fmt.Errorf("%w: %q", web.ErrUnknownRevision, rev)
+	case files == nil:
+		return "", fmt.Errorf("%w: %q: its files could not be read when it was loaded, so they were not kept", web.ErrUnknownRevision, rev)
 	}
 	return s.apply(ctx, files, "rollback")
 }
@@ -243,6 +279,8 @@ func (s *policyService) apply(ctx context.Context, files web.PolicyFiles, origin
 	if err := writeDir(s.lp.dir, files, old); err != nil {
 		return "", err
 	}
+	s.applying.Store(true)
+	defer s.applying.Store(false)
 	if err := s.lp.watcher.Reload(ctx); err != nil {
 		// The watcher refused it: put the previous files back so that the
 		// directory says what is in force.

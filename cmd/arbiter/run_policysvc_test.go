@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,10 +124,52 @@ func TestPolicyServiceEmbedded(t *testing.T) {
 	if _, err := s.Apply(context.Background(), web.PolicyFiles{"p.rego": []byte(svcPolicy), "p_test.rego": []byte(svcTest)}); !errors.Is(err, errEmbedded) {
 		t.Errorf("apply on the embedded policy: %v", err)
 	}
-	if len(s.History()) != 1 || s.Status().Revision == "" {
-		t.Errorf("history %+v status %+v", s.History(), s.Status())
+	if h := s.History(); len(h) != 1 || s.Status().Revision == "" || len(h[0].Files) == 0 || !slices.Equal(h[0].Files, s.Status().Files) {
+		t.Errorf("history %+v status %+v: want the startup revision with the files status lists", h, s.Status())
+	}
+	if _, err := s.Rollback(context.Background(), s.Status().Revision); !errors.Is(err, errEmbedded) {
+		t.Errorf("rollback on the embedded policy: %v, want the embedded policy's refusal", err)
 	}
 	if src, err := s.Sources(); src != nil || err != nil {
 		t.Errorf("sources of the embedded policy: %v %v", src, err)
+	}
+}
+
+// TestPolicyServiceRecordsFileChanges: a policy changed on disk and
+// reloaded (SIGHUP, or the watcher seeing the change) is in the history
+// as current, with origin file, and the startup revision stays one
+// rollback away.
+func TestPolicyServiceRecordsFileChanges(t *testing.T) {
+	dir := policyDir(t, map[string]string{"p.rego": svcPolicy, "p_test.rego": svcTest})
+	s := newTestPolicyService(t, dir)
+	ctx := context.Background()
+	start := s.Status().Revision
+	edited := strings.Replace(svcPolicy, "suspend", "gate", 1)
+	if err := os.WriteFile(filepath.Join(dir, "p.rego"), []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.lp.reload(ctx) // as SIGHUP does
+	rev := s.Status().Revision
+	if rev == start {
+		t.Fatal("the edited policy was not loaded")
+	}
+	var h []web.PolicyRevision
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		// The watcher may see the write too: one entry either way.
+		if h = s.History(); len(h) == 2 || time.Now().After(end) {
+			break
+		}
+	}
+	if len(h) != 2 || h[0].Revision != rev || !h[0].Current || h[0].Origin != "file" || h[1].Revision != start || h[1].Current {
+		t.Fatalf("history %+v", h)
+	}
+	if back, err := s.Rollback(ctx, start); err != nil || back != start {
+		t.Fatalf("rollback to the startup revision: %q %v", back, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "p.rego")); string(b) != svcPolicy {
+		t.Error("rollback did not restore the startup file")
+	}
+	if back, err := s.Rollback(ctx, rev); err != nil || back != rev {
+		t.Fatalf("rollback to the revision changed on disk: %q %v", back, err)
 	}
 }
