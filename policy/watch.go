@@ -191,6 +191,13 @@ func (w *Watcher) Reload(ctx context.Context) error {
 	src, err := Read(w.dir, w.opts.Policy)
 	rev := revisionOf(src, err)
 	if rev != "" && rev == w.cur.Load().Revision() {
+		// The directory holds what is in force again (a broken change
+		// undone): the rejection is over.
+		if old := w.status.Load(); old.LastError != "" {
+			st := *old
+			st.LastError, st.LastErrorAt, st.LastErrorRevision = "", time.Time{}, ""
+			w.status.Store(&st)
+		}
 		return nil
 	}
 	if st := w.status.Load(); rev != "" && rev == st.LastErrorRevision {

@@ -240,3 +240,28 @@ func TestWatcherBundle(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// TestWatcherBrokenChangeUndone: a broken file removed again leaves the
+// directory holding the policy in force: the rejection it caused is over,
+// and the status says so without another content change.
+func TestWatcherBrokenChangeUndone(t *testing.T) {
+	dir := writeDir(t, map[string]string{"p.rego": goodPolicy, "p_test.rego": goodTest})
+	w, err := Watch(context.Background(), dir, &WatchOptions{Debounce: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	good := w.Status().Revision
+	broken := filepath.Join(dir, "q.rego")
+	replace(t, broken, header+"classify := {\n")
+	waitFor(t, "the broken file rejected", func() bool { return w.Status().Rejected == 1 })
+	if err := os.Remove(broken); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(context.Background()); err != nil {
+		t.Fatalf("reload after the broken file went: %v", err)
+	}
+	if st := w.Status(); st.Revision != good || st.LastError != "" || !st.LastErrorAt.IsZero() || st.LastErrorRevision != "" || st.Rejected != 1 {
+		t.Fatalf("after the broken file went: %+v", st)
+	}
+}
