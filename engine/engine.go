@@ -128,6 +128,12 @@ type Engine struct {
 	last    *proc
 	gpus    map[int]*gpuState
 	cls     map[string]*class
+	// idle keeps the latency measured for classes that lost their last
+	// member, so that a class's counts and distribution go on over the
+	// daemon's life when a member comes again (at most idleClasses); its
+	// SLO window, which feedback acts on, starts again empty.
+	idle    map[string]latency
+	idleSeq []string // idle's names, oldest first
 	tm      timers
 	// victimSet is the chooser's cached answer: pid -> GPUs (empty: all
 	// of its GPUs); nil: the default choice.
@@ -172,7 +178,7 @@ func New(src Source, enf Enforcer, opts *Options) (*Engine, error) {
 	if src == nil {
 		return nil, errors.New("engine: no event source")
 	}
-	e := &Engine{src: src, enf: enf, procs: map[uint32]*proc{}, execs: map[uint32]string{}, gpus: map[int]*gpuState{}, cls: map[string]*class{}}
+	e := &Engine{src: src, enf: enf, procs: map[uint32]*proc{}, execs: map[uint32]string{}, gpus: map[int]*gpuState{}, cls: map[string]*class{}, idle: map[string]latency{}}
 	if opts != nil {
 		e.opts = *opts
 	}

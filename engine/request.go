@@ -272,9 +272,32 @@ func (e *Engine) class(plan sched.Plan) *class {
 	c := e.cls[plan.Class]
 	if c == nil {
 		c = &class{name: plan.Class, plan: plan, escalated: true, changed: e.now}
+		if st, ok := e.idle[plan.Class]; ok {
+			c.stats = st
+			c.stats.win = window{}
+			delete(e.idle, plan.Class)
+			e.idleSeq = slices.DeleteFunc(e.idleSeq, func(n string) bool { return n == plan.Class })
+		}
 		e.cls[plan.Class] = c
 	}
 	return c
+}
+
+// idleClasses bounds the classes without members whose latency the
+// engine keeps (a histogram is about 25 KiB).
+const idleClasses = 64
+
+// retire keeps the latency of c, which lost its last member.
+func (e *Engine) retire(c *class) {
+	if c.stats.total == 0 {
+		return
+	}
+	if len(e.idleSeq) == idleClasses {
+		delete(e.idle, e.idleSeq[0])
+		e.idleSeq = e.idleSeq[1:]
+	}
+	e.idle[c.name] = c.stats
+	e.idleSeq = append(e.idleSeq, c.name)
 }
 
 // setClass moves p into c (nil: out of every class), merging its
@@ -287,6 +310,7 @@ func (e *Engine) setClass(p *proc, c *class) {
 			if old.quota != nil {
 				old.quota.gen++
 			}
+			e.retire(old)
 			delete(e.cls, old.name)
 		}
 	}

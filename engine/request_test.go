@@ -44,3 +44,36 @@ func TestRequestTimeoutFromLatestEnd(t *testing.T) {
 		t.Errorf("requests %d, max %v: want one request of 5 ms", lc.Latency.Requests, lc.Latency.Max)
 	}
 }
+
+// TestClassLatencyOutlivesItsMembers: a class's request count and
+// latency distribution go on over the daemon's life: when its only
+// member exits and another joins later, the class counts the requests of
+// both, so that a counter built on it never goes back.
+func TestClassLatencyOutlivesItsMembers(t *testing.T) {
+	const ms = 1000 * us
+	exit := func(t uint64, pid uint32) trace.Event {
+		return trace.Event{Kind: trace.KindExit, PID: pid, TID: pid, Time: t}
+	}
+	evs := []trace.Event{
+		exec(0, 10, "infer"),
+		launch(1*ms, 10), syncAt(1*ms+us, 10, 2*ms), // one request of 2 ms
+		launch(10*ms, 10), syncAt(10*ms+us, 10, 3*ms), // another of 3 ms
+		exit(20*ms, 10),
+		exec(30*ms, 11, "infer"),
+		launch(31*ms, 11), syncAt(31*ms+us, 11, 9*ms), // the next member's: 9 ms
+	}
+	e, _ := run(t, evs, engine.Options{IdleGap: 100 * time.Microsecond})
+	s := e.Snapshot()
+	var lc *engine.ClassView
+	for i := range s.Classes {
+		if s.Classes[i].LatencyCritical {
+			lc = &s.Classes[i]
+		}
+	}
+	if lc == nil || lc.Members != 1 {
+		t.Fatalf("classes %+v: want the latency-critical class with its one member", s.Classes)
+	}
+	if lc.Latency.Requests != 3 || lc.Latency.Max < 9*time.Millisecond-10*time.Microsecond {
+		t.Errorf("class requests %d, max %v: want the 3 requests of both members, the longest 9 ms", lc.Latency.Requests, lc.Latency.Max)
+	}
+}
