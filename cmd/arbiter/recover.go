@@ -53,11 +53,11 @@ names the file, the version found and the versions it reads).
 It is meant for the service manager's stop hook (ExecStopPost= in systemd),
 run after the daemon exited however it exited. It looks where the daemon's
 config file says the daemon keeps its state; a daemon run with its own
---state-dir and --bpffs is recovered with the same two flags. It needs no daemon, is safe
-to run again, and says "nothing to recover" where nothing was left. It
-refuses to run while an arbiter keeps the state directory. Every process is
-tried; the command exits non-zero if anything could not be released, after
-saying what.`,
+--state-dir and --bpffs is recovered with the same two flags. It needs no
+daemon, is safe to run again, and says "nothing to recover" where nothing
+was left. It refuses to run while an arbiter keeps the state directory.
+Every process is tried; the command exits non-zero if anything could not
+be released, after saying what.`,
 		Example: `  sudo arbiter recover
   sudo arbiter recover --format json
 
