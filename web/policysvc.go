@@ -128,6 +128,10 @@ type PolicyStatus struct {
 	Reloads   int    `json:"reloads"`
 	Rejected  int    `json:"rejected"`
 	Evaluator string `json:"evaluator,omitempty"`
+	// ReadOnly says why the daemon refuses policy changes through the API
+	// (the embedded default policy, a bundle server) and what to do
+	// instead; empty where it takes them.
+	ReadOnly string `json:"read_only,omitempty"`
 	// Bundle is the bundle server's side, when the daemon polls one
 	// (--bundle-url); nil otherwise.
 	Bundle *BundleStatus `json:"bundle,omitempty"`

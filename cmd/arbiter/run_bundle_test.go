@@ -135,7 +135,8 @@ func TestBundlePolicyLogsAndStatus(t *testing.T) {
 	}
 	logLine(t, &log, "no good policy bundle yet: every process is observed and none preempted until one passes its checks")
 	st := svc.Status()
-	if st.Revision != observeOnlyRevision || st.Bundle == nil || st.Bundle.Origin != "fallback" || !strings.Contains(st.LastError, ".signatures.json") {
+	if st.Revision != observeOnlyRevision || st.Bundle == nil || st.Bundle.Origin != "fallback" || !strings.Contains(st.LastError, ".signatures.json") ||
+		!strings.Contains(st.ReadOnly, "bundle server") {
 		t.Fatalf("status at start: %+v %+v", st, st.Bundle)
 	}
 	if d := lp.current().Default(); d.Class != "unclassified" || d.Preemption.Mode != "observe" {

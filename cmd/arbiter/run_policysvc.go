@@ -49,12 +49,22 @@ type revision struct {
 var _ web.PolicyService = (*policyService)(nil)
 
 // errEmbedded refuses changes when the daemon runs the embedded policy.
-var errEmbedded = fmt.Errorf("the daemon runs the embedded default policy: start it with --policy DIR (or policy: in the config file) to manage policies through the API: %w", web.ErrPolicyReadOnly)
+var errEmbedded = fmt.Errorf("%s: %w", embeddedReadOnly, web.ErrPolicyReadOnly)
+
+// embeddedReadOnly is why the embedded default policy is not changed
+// through the API, and what to do instead.
+const embeddedReadOnly = "the daemon runs the embedded default policy: start it with --policy DIR (or policy: in the config file) to manage policies through the API"
 
 // errBundle refuses changes when the policy comes from a bundle server.
 func errBundle(url string) error {
-	return fmt.Errorf("the daemon takes its policy from the bundle server %s (--bundle-url): publish a new bundle there "+
-		"(POST /policy/validate and /policy/dry-run still check one): %w", url, web.ErrPolicyReadOnly)
+	return fmt.Errorf("%s: %w", bundleReadOnly(url), web.ErrPolicyReadOnly)
+}
+
+// bundleReadOnly is why a policy from a bundle server is not changed
+// through the API, and what to do instead.
+func bundleReadOnly(url string) string {
+	return fmt.Sprintf("the daemon takes its policy from the bundle server %s (--bundle-url): publish a new bundle there "+
+		"(POST /policy/validate and /policy/dry-run still check one)", url)
 }
 
 func newPolicyService(lp *livePolicy, eng func() *engine.Engine, proc *procfs.FS, node func() policy.Node) *policyService {
@@ -124,7 +134,7 @@ func (s *policyService) Status() web.PolicyStatus {
 	if s.lp.watcher == nil {
 		// The embedded default: loaded once, at start, never reloaded.
 		ev, _ := pol.Evaluator()
-		st.LoadedAt, st.Evaluator = s.lp.started, string(ev)
+		st.LoadedAt, st.Evaluator, st.ReadOnly = s.lp.started, string(ev), embeddedReadOnly
 		return st
 	}
 	ws := s.lp.watcher.Status()
@@ -159,6 +169,7 @@ func (s *policyService) bundleStatus(st web.PolicyStatus, pol *policy.Policy) we
 	ev, _ := pol.Evaluator()
 	st.Evaluator = string(ev)
 	st.Bundle = bundleStatus(bs)
+	st.ReadOnly = bundleReadOnly(bs.URL)
 	return st
 }
 

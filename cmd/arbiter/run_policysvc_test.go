@@ -55,6 +55,9 @@ func TestPolicyService(t *testing.T) {
 	s := newTestPolicyService(t, dir)
 	ctx := context.Background()
 	start := s.Status().Revision
+	if ro := s.Status().ReadOnly; ro != "" {
+		t.Errorf("a policy directory is read-only through the API: %q", ro)
+	}
 	// The files by the paths Apply takes, and their text.
 	if f := s.Status().Files; len(f) != 2 || f[0] != "p.rego" || f[1] != "p_test.rego" {
 		t.Errorf("status files %q, want p.rego and p_test.rego", f)
@@ -118,7 +121,7 @@ func TestPolicyService(t *testing.T) {
 func TestPolicyServiceEmbedded(t *testing.T) {
 	before := time.Now()
 	s := newTestPolicyService(t, "")
-	if st := s.Status(); st.LoadedAt.Before(before) || st.LoadedAt.After(time.Now()) || st.Evaluator == "" {
+	if st := s.Status(); st.LoadedAt.Before(before) || st.LoadedAt.After(time.Now()) || st.Evaluator == "" || !strings.Contains(st.ReadOnly, "embedded default policy") {
 		t.Errorf("embedded policy loaded at %v (want between %v and now), evaluator %q", st.LoadedAt, before, st.Evaluator)
 	}
 	if _, err := s.Apply(context.Background(), web.PolicyFiles{"p.rego": []byte(svcPolicy), "p_test.rego": []byte(svcTest)}); !errors.Is(err, errEmbedded) {

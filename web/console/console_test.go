@@ -187,6 +187,16 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("read-only policy", func(t *testing.T) {
+		n.pol.setReadOnly("the daemon runs the embedded default policy: start it with --policy DIR")
+		defer n.pol.setReadOnly("")
+		b.Do(t, chromedp.Navigate(n.URL+"/#/policy"), chromedp.Reload())
+		b.WaitFor(t, "the read-only note", `document.getElementById('po-result').textContent.includes('Read only: the daemon runs the embedded default policy')`, 10*time.Second)
+		if !consoletest.Eval[bool](t, b, `document.getElementById('po-apply').disabled`) {
+			t.Error("Apply is enabled on a policy the daemon does not change through the API")
+		}
+	})
+
 	t.Run("stream lost", func(t *testing.T) {
 		b.Do(t, chromedp.Navigate(n.URL+"/#/overview"))
 		b.WaitFor(t, "live", `document.getElementById('stream-banner').hidden && document.getElementById('live-dot').classList.contains('live')`, 10*time.Second)

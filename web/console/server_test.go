@@ -227,6 +227,15 @@ type policies struct {
 	hist []revision
 	eng  *engine.Engine
 	node policy.Node
+	// readOnly is the status's read_only, as a daemon on its embedded
+	// default policy or a bundle server says it.
+	readOnly string
+}
+
+func (s *policies) setReadOnly(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.readOnly = why
 }
 
 type revision struct {
@@ -280,7 +289,7 @@ func (s *policies) Classify(p engine.ProcessInfo) (sched.Plan, string, error) {
 func (s *policies) Status() web.PolicyStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := web.PolicyStatus{Revision: s.cur.Revision(), Files: s.cur.Source().Files(), Reloads: len(s.hist)}
+	st := web.PolicyStatus{Revision: s.cur.Revision(), Files: s.cur.Source().Files(), Reloads: len(s.hist), ReadOnly: s.readOnly}
 	if n := len(s.hist); n > 0 {
 		st.LoadedAt = s.hist[n-1].AppliedAt
 	}

@@ -61,7 +61,10 @@ export class Policy {
     this.editor.value = this.files.get(this.current).text;
     this.tabs();
     this.showStatus();
-    if ([...this.files.values()].some((f) => f.missing)) {
+    $('po-apply').disabled = !!(st && st.read_only);
+    if (st && st.read_only) {
+      this.result(h('p', { class: 'muted' }, `Read only: ${st.read_only}. Validate and dry run still check a change.`));
+    } else if ([...this.files.values()].some((f) => f.missing)) {
       this.result(h('p', { class: 'muted' }, 'The daemon lists the policy\u2019s files but does not serve their text: paste each file into its tab before validating or applying.'));
     }
   }
