@@ -128,6 +128,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("link to a process", func(t *testing.T) {
+		b.Do(t, chromedp.Navigate(n.URL+"/#/overview"))
+		b.Do(t, chromedp.Navigate(n.URL+"/#/processes/201"))
+		b.WaitFor(t, "the detail of pid 201", `!document.getElementById('pr-detail').hidden && document.getElementById('pr-detail-title').textContent.endsWith('· 201')`, 5*time.Second)
+		b.Do(t, chromedp.Click(chromedp.ID("pr-detail-close")))
+	})
+
 	t.Run("hostile names are text", func(t *testing.T) {
 		if comm := consoletest.Eval[string](t, b, consoletest.Cell(203, 1)); comm != hostile[:16] {
 			t.Errorf("pid 203's name shown as %q, want %q", comm, hostile[:16])

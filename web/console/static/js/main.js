@@ -56,18 +56,23 @@ class Console {
     }
   }
 
+  // route shows the page the hash names; #/processes/PID also opens that
+  // process's detail, so that a link can point at one process.
   route() {
-    let page = location.hash.replace(/^#\/?/, '').split('/')[0];
+    const parts = location.hash.replace(/^#\/?/, '').split('/');
+    let page = parts[0];
     if (!pages.includes(page)) page = 'overview';
-    if (page === this.page) return;
-    this.page = page;
-    for (const p of pages) $(`page-${p}`).hidden = p !== page;
-    for (const a of document.querySelectorAll('nav a')) {
-      if (a.dataset.page === page) a.setAttribute('aria-current', 'page');
-      else a.removeAttribute('aria-current');
+    if (page !== this.page) {
+      this.page = page;
+      for (const p of pages) $(`page-${p}`).hidden = p !== page;
+      for (const a of document.querySelectorAll('nav a')) {
+        if (a.dataset.page === page) a.setAttribute('aria-current', 'page');
+        else a.removeAttribute('aria-current');
+      }
+      document.title = `${page[0].toUpperCase()}${page.slice(1)} · Arbiter`;
+      for (const [name, v] of Object.entries(this.views)) v.visible?.(name === page);
     }
-    document.title = `${page[0].toUpperCase()}${page.slice(1)} · Arbiter`;
-    for (const [name, v] of Object.entries(this.views)) v.visible?.(name === page);
+    if (page === 'processes' && /^[1-9][0-9]{0,9}$/.test(parts[1] || '')) this.views.processes.open(Number(parts[1]));
   }
 
   key(e) {
