@@ -55,10 +55,10 @@ classifies each by the policy (the embedded default unless --policy or the
 config file names a directory, which is hot-reloaded on change and on SIGHUP,
 or --bundle-url a bundle server, polled, whose bundles apply only once they
 pass their checks and Rego tests), and enforces the policy's preemption
-through the driver's channel control or the launch gate. It serves the HTTP API, console and /metrics on --listen
-(over HTTPS with --tls-cert and --tls-key; plain HTTP on a loopback address
-only, unless --listen-plain) and on a root-only unix socket that arbiter ps
-and arbiter status read.
+through the driver's channel control or the launch gate. It serves the HTTP
+API, console and /metrics on --listen (over HTTPS with --tls-cert and
+--tls-key; plain HTTP on a loopback address only, unless --listen-plain) and
+on a root-only unix socket that arbiter ps and arbiter status read.
 
 Settings come from the config file (--config, else /etc/arbiter/config.yaml
 when it exists), then the flags given, which win. SIGINT and SIGTERM undo every

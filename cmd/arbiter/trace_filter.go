@@ -101,20 +101,29 @@ func (f *eventFilter) match(ev *trace.Event) (string, bool) {
 		delete(f.names, ev.PID)
 	}
 	if (f.pids != nil || f.cgroups != nil) && !f.pids[ev.PID] && !f.cgroups[ev.Cgroup] || f.comms != nil && !f.comms[name] {
-		if _, known := f.missed[ev.PID]; !f.matched && !known {
-			if len(f.missed) == missedMax {
-				f.missedMore = true
-			} else {
-				if f.missed == nil {
-					f.missed = map[uint32]string{}
-				}
-				f.missed[ev.PID] = name
-			}
+		if !f.matched {
+			f.miss(ev.PID, name)
 		}
 		return name, false
 	}
 	f.matched = true
 	return name, true
+}
+
+// miss notes a process whose events the filters left out, while none
+// has passed them.
+func (f *eventFilter) miss(pid uint32, name string) {
+	if _, known := f.missed[pid]; known {
+		return
+	}
+	if len(f.missed) == missedMax {
+		f.missedMore = true
+		return
+	}
+	if f.missed == nil {
+		f.missed = map[uint32]string{}
+	}
+	f.missed[pid] = name
 }
 
 // unmatched says, when filters were given and no event passed them, which
