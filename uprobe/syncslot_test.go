@@ -19,7 +19,8 @@ import (
 // same time, with the default slot count and with a single slot for all of
 // them (every thread but the slot's holder then keeps its entry in task
 // storage), and checks that every sync of every thread arrives with its
-// own thread, stream and a duration covering its kernel.
+// own thread and stream, and nearly every one with a duration covering
+// its kernel.
 func TestSyncSlotsShared(t *testing.T) {
 	r := newRig(t)
 	const threads, n, us = 8, 40, 300
@@ -41,7 +42,7 @@ func TestSyncSlotsShared(t *testing.T) {
 				}
 				stream[tid] = s
 			}
-			got := map[uint32]int{}
+			got, short := map[uint32]int{}, 0
 			var bad []string
 			collect(t, tr, time.Minute, func(ev *trace.Event) bool {
 				if ev.PID != p.pid {
@@ -50,15 +51,28 @@ func TestSyncSlotsShared(t *testing.T) {
 				if ev.Kind == trace.KindSync {
 					got[ev.TID]++
 					s, ok := stream[ev.TID]
+					// A sync paired with another thread's entry carries
+					// that thread's stream (each thread has its own), which
+					// the handle check catches; a wrapped duration, the
+					// minute's bound. A thread that the machine's other work
+					// kept off the CPU between its launch and its sync finds
+					// the kernel done and returns at once: a few such are
+					// counted, not failed.
 					if !ok || ev.Func != trace.FuncStreamSynchronize || ev.Sync.Handle != s || ev.Sync.Result != 0 ||
-						ev.Sync.Duration < us*1000/2 {
+						ev.Sync.Duration > uint64(time.Minute) {
 						if len(bad) < 5 {
 							bad = append(bad, fmt.Sprintf("%+v (thread's stream %d)", *ev, s))
 						}
 					}
+					if ev.Sync.Duration < us*1000/2 {
+						short++
+					}
 				}
 				return ev.Kind == trace.KindExit
 			})
+			if short > threads*n/4 {
+				t.Errorf("%d of %d syncs lasted less than half their %d µs kernel: want most to cover it", short, threads*n, us)
+			}
 			p.wait(t)
 			for tid := range stream {
 				if got[tid] != n {
