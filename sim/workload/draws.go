@@ -1,7 +1,6 @@
 package workload
 
 import (
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 )
@@ -10,8 +9,8 @@ import (
 // they draw. Every baseline serves the same requests with the same
 // kernels: the k-th request of an LC workload has the same seed in every
 // run, and so the same service times, and so has the k-th cycle of a BE
-// workload. Drawing them (a normal deviate and an exponential per
-// log-normal kernel) is the largest single cost of a run, so the first
+// workload. Drawing them (a table lookup per log-normal kernel, see
+// logNormalTable) is still the largest single cost of a run, so the first
 // simulation to need them draws them and the others read them.
 //
 // Three stores serve the others. The draws in full are kept for the last
@@ -127,8 +126,7 @@ type partEntry struct {
 
 	mu   sync.Mutex
 	vals []uint64 // the draws so far
-	pcg  rand.PCG
-	rng  rand.Rand // draws from pcg, which is where vals left it
+	g    gen      // where vals left the key's generator
 }
 
 // partFirst is how many draws a partEntry has room for at first: most are
@@ -145,8 +143,7 @@ func (r *partRing) get(key, check uint64, n int, seed seedFunc) *partEntry {
 		return old
 	}
 	e := &partEntry{key: key, check: check, n: n, vals: make([]uint64, 0, min(n, partFirst))}
-	seed(&e.pcg, key, check)
-	e.rng = *rand.New(&e.pcg)
+	seed(&e.g, key, check)
 	if !slot.CompareAndSwap(old, e) {
 		if cur := slot.Load(); cur != nil && cur.key == key && cur.check == check && cur.n == n {
 			return cur
@@ -169,7 +166,7 @@ func (e *partEntry) upTo(want, limit int, runs []drawRun) []uint64 {
 			copy(vals, e.vals)
 			e.vals = vals
 		}
-		e.vals = drawTo(runs, &e.rng, e.vals, m)
+		e.vals = drawTo(runs, &e.g, e.vals, m)
 	}
 	return e.vals
 }
@@ -208,7 +205,7 @@ type sumChunk struct {
 // before it: the burst's kernels from there on can be drawn again
 // without those before.
 type mark struct {
-	pcg    rand.PCG
+	g      gen
 	before uint64
 }
 

@@ -1,8 +1,6 @@
 package workload
 
 import (
-	"math/rand/v2"
-
 	"github.com/gpu-arbiter/arbiter/sim"
 )
 
@@ -25,9 +23,9 @@ type segment struct {
 // launched by its total draws its kernels again from the mark before it,
 // about max(markEvery, burst/(marks+1)) of them (and a few more, a chunk
 // at a time), where it would draw all those before (and, before the
-// first mark, still does, with the key's draws before the burst). Each mark costs 24 bytes of a key's summary, and a
-// stream keeps up to sumMaxChunks·sumChunkKeys summaries (48 MiB of
-// marks at most).
+// first mark, still does, with the key's draws before the burst). Each
+// mark costs 16 bytes of a key's summary, and a stream keeps up to
+// sumMaxChunks·sumChunkKeys summaries (32 MiB of marks at most).
 const (
 	markEvery = 16
 	markMost  = 8
@@ -53,7 +51,7 @@ func placeMarks(shape []segment, runs []drawRun) int {
 }
 
 // seedFunc seeds a generator for a key's draws.
-type seedFunc func(g *rand.PCG, key, check uint64)
+type seedFunc func(g *gen, key, check uint64)
 
 // keyed gives one program the draws of its keys (the cycles of a BE
 // workload, the requests of an LC one), shared with the comparison's
@@ -64,8 +62,7 @@ type keyed struct {
 	runs   []drawRun // the samplers of a key's draws, in order
 	n      int       // draws per key
 	seed   seedFunc
-	pcg    rand.PCG
-	rng    *rand.Rand  // draws from pcg
+	g      gen
 	st     *drawStream // nil: draws alone
 	rd     *sumReader
 	bursts []keyedBurst // per segment, for sim.Op.Burst
@@ -85,6 +82,9 @@ type keyed struct {
 	mark      []mark
 	part      *partEntry
 	buf       []uint64 // drawn alone
+	// What is left of the slabs draw carves entries from.
+	slab     []drawEntry
+	slabVals []uint64
 }
 
 // burstChunk is how many more of a burst's kernels are drawn again at a
@@ -98,7 +98,6 @@ const burstChunk = 32
 // many marks.
 func newKeyed(shape []segment, runs []drawRun, seed seedFunc, st *drawStream) *keyed {
 	k := &keyed{shape: shape, runs: runs, seed: seed, st: st}
-	k.rng = rand.New(&k.pcg)
 	for _, r := range runs {
 		k.n += r.n
 	}
@@ -129,8 +128,8 @@ func (k *keyed) load(key, check uint64) {
 		if cap(k.buf) < k.n {
 			k.buf = make([]uint64, 0, k.n)
 		}
-		k.seed(&k.pcg, key, check)
-		k.full = drawTo(k.runs, k.rng, k.buf[:0], k.n)
+		k.seed(&k.g, key, check)
+		k.full = drawTo(k.runs, &k.g, k.buf[:0], k.n)
 		return
 	}
 	k.part, k.mark = nil, nil
@@ -148,13 +147,30 @@ func (k *keyed) load(key, check uint64) {
 	k.rd.put(key, check, e.sum, k.marks)
 }
 
+// drawSlab is how many keys' entries and draws keyed.draw allocates at
+// once, side by side in key order.
+const drawSlab = 64
+
 // draw draws the current key's values and summary, and keeps them for
-// the runs close by.
+// the runs close by. The entries a run draws are carved from slabs in
+// the order it draws them, nearly always key order, so that the runs that
+// read them after it (on another thread, most of them long out of this
+// one's cache) read memory in order, which the processor fetches ahead,
+// where one allocation per key scattered them: reading an entry was the
+// costliest instruction of a run. A slab lives while any of its entries
+// is kept.
 func (k *keyed) draw() *drawEntry {
 	w := len(k.shape)
-	buf := make([]uint64, k.n+w)
-	e := &drawEntry{key: k.key, check: k.check, sum: buf[k.n:]}
-	k.seed(&k.pcg, k.key, k.check)
+	if len(k.slab) == 0 {
+		k.slab = make([]drawEntry, drawSlab)
+		k.slabVals = make([]uint64, drawSlab*(k.n+w))
+	}
+	e := &k.slab[0]
+	k.slab = k.slab[1:]
+	buf := k.slabVals[: k.n+w : k.n+w]
+	k.slabVals = k.slabVals[k.n+w:]
+	*e = drawEntry{key: k.key, check: k.check, sum: buf[k.n:]}
+	k.seed(&k.g, k.key, k.check)
 	e.vals = buf[:k.n:k.n]
 	k.drawMarked(e.vals)
 	for i, s := range k.shape {
@@ -172,7 +188,7 @@ func (k *keyed) draw() *drawEntry {
 }
 
 // drawMarked draws the current key's values into vals (k.n of them),
-// from k.rng seeded for the key, and places its marks in k.marks.
+// from k.g seeded for the key, and places its marks in k.marks.
 func (k *keyed) drawMarked(vals []uint64) {
 	off := 0
 	for r, run := range k.runs {
@@ -180,16 +196,16 @@ func (k *keyed) drawMarked(vals []uint64) {
 		off += run.n
 		s := k.markedBy[r]
 		if s == nil {
-			run.s.drawInto(k.rng, v)
+			run.s.drawInto(&k.g, v)
 			continue
 		}
 		var before uint64
 		for m, at := 0, 0; at < run.n; m++ {
 			if m > 0 {
-				k.marks[s.mark0+m-1] = mark{pcg: k.pcg, before: before}
+				k.marks[s.mark0+m-1] = mark{g: k.g, before: before}
 			}
 			next := min(at+s.every, run.n)
-			run.s.drawInto(k.rng, v[at:next])
+			run.s.drawInto(&k.g, v[at:next])
 			for _, d := range v[at:next] {
 				before += d
 			}
@@ -198,15 +214,15 @@ func (k *keyed) drawMarked(vals []uint64) {
 	}
 }
 
-// drawTo extends vals, a key's first draws from runs with rng where they
+// drawTo extends vals, a key's first draws from runs with g where they
 // left it, to its first m draws (cap(vals) ≥ m).
-func drawTo(runs []drawRun, rng *rand.Rand, vals []uint64, m int) []uint64 {
+func drawTo(runs []drawRun, g *gen, vals []uint64, m int) []uint64 {
 	off := 0
 	for _, r := range runs {
 		if i := len(vals); i < off+r.n && i < m {
 			hi := min(off+r.n, m)
 			vals = vals[:hi]
-			r.s.drawInto(rng, vals[i:hi])
+			r.s.drawInto(g, vals[i:hi])
 		}
 		if off += r.n; off >= m {
 			break
@@ -253,8 +269,7 @@ type keyedBurst struct {
 	win              []uint64
 	winFirst         int
 	winKey, winCheck uint64
-	pcg              rand.PCG
-	rng              *rand.Rand // draws from pcg
+	g                gen // where the window's draws left the generator
 }
 
 // windowChunk is how many more of a burst's kernels are drawn from a mark
@@ -314,19 +329,18 @@ func (b *keyedBurst) Kernels(first, n int) []uint64 {
 // returned before.
 func (b *keyedBurst) window(first, n int) []uint64 {
 	k, s := b.k, &b.k.shape[b.seg]
-	if b.rng == nil {
-		b.rng = rand.New(&b.pcg)
+	if b.win == nil {
 		b.win = make([]uint64, 0, s.n)
 	}
 	if first != b.winFirst || k.key != b.winKey || k.check != b.winCheck || len(b.win) == 0 {
-		b.pcg = k.mark[s.mark0+first/s.every-1].pcg
+		b.g = k.mark[s.mark0+first/s.every-1].g
 		b.win = b.win[:0]
 		b.winFirst, b.winKey, b.winCheck = first, k.key, k.check
 	}
 	if have := len(b.win); have < n {
 		m := min(max(n, have+windowChunk), s.n-first)
 		b.win = b.win[:m]
-		k.runs[s.run].s.drawInto(b.rng, b.win[have:m])
+		k.runs[s.run].s.drawInto(&b.g, b.win[have:m])
 	}
 	return b.win
 }

@@ -174,8 +174,8 @@ func (p *lcProgram) begin(r request, op *sim.Op) {
 }
 
 // seed seeds g for the service times of the request with the given seed.
-func (p *lcProgram) seed(g *rand.PCG, _, seed uint64) {
-	g.Seed(seed, p.stream)
+func (p *lcProgram) seed(g *gen, _, seed uint64) {
+	g.seed(seed, p.stream)
 }
 
 // next returns the index of the request's next segment of draws.

@@ -292,6 +292,10 @@ type sampler struct {
 	kind         distKind
 	mean, lo, hi float64
 	mu, sigma    float64
+	q            *logNormalTable // log-normal only
+	// inner is set where every value of q's inner bins lies within the
+	// bounds and rounds to 1 ns or more, so that bound changes none.
+	inner bool
 }
 
 func newSampler(d *Dist) *sampler {
@@ -303,30 +307,40 @@ func newSampler(d *Dist) *sampler {
 		s.kind = distLognormal
 		s.sigma = math.Sqrt(math.Log1p(d.CV * d.CV))
 		s.mu = math.Log(s.mean) - s.sigma*s.sigma/2
+		s.q = newLogNormalTable(s.mu, s.sigma)
+		lo, hi := s.q.v[quantileEdge], s.q.v[quantileN-quantileEdge]
+		s.inner = lo >= max(s.lo, 0.5) && hi <= float64(maxDuration) && (s.hi == 0 || hi <= s.hi)
 	case "uniform":
 		s.kind = distUniform
 	}
 	return s
 }
 
-func (s *sampler) draw(r *rand.Rand) uint64 {
-	var v float64
-	switch s.kind {
-	case distExp:
-		v = r.ExpFloat64() * s.mean
-	case distLognormal:
-		v = exp(s.exponent(r))
-	case distUniform:
-		v = s.lo + r.Float64()*(s.hi-s.lo)
-	default:
-		v = s.mean
+// source is where a sampler takes its uniform bits: a key's generator,
+// or an LC stream's arrival generator for think times.
+type source interface{ Uint64() uint64 }
+
+// draw returns one draw (a constant takes none from r).
+func (s *sampler) draw(r source) uint64 {
+	if s.kind == distConst {
+		return s.bound(s.mean)
 	}
-	return s.bound(v)
+	return s.bound(s.value(r.Uint64()))
 }
 
-// exponent draws the normal deviate a log-normal draw exponentiates.
-func (s *sampler) exponent(r *rand.Rand) float64 {
-	return s.mu + s.sigma*r.NormFloat64()
+// value is the distribution's quantile at the probability a uniform
+// 64-bit draw u stands for: every distribution is drawn by inversion,
+// from one draw each.
+func (s *sampler) value(u uint64) float64 {
+	switch s.kind {
+	case distExp:
+		return -s.mean * math.Log(float64(u>>11+1)*0x1p-53) // −ln of (0, 1]
+	case distLognormal:
+		return s.q.at(u)
+	case distUniform:
+		return s.lo + float64(u>>11)*0x1p-53*(s.hi-s.lo)
+	}
+	return s.mean
 }
 
 // bound clamps a drawn value to the distribution's bounds and rounds it
@@ -344,34 +358,37 @@ func (s *sampler) bound(v float64) uint64 {
 	return max(uint64(v+0.5), 1) // v > 0: rounds to the nearest ns, as math.Round, cheaper
 }
 
-// drawInto fills buf with draws, the same values in the same order as
-// calling draw for each. A log-normal's exponentials are taken apart
-// from its normal deviates, a batch at a time: each exponential is a
-// chain of dependent operations, and the deviates depend only on
-// the generator, so the processor overlaps the chains of a batch instead
-// of waiting for each.
-func (s *sampler) drawInto(r *rand.Rand, buf []uint64) {
+// drawInto fills buf with draws from g, the same values in the same order
+// as calling draw for each. Log-normal draws, nearly all of a run's, are
+// taken a batch at a time with the generator and the table lookup
+// inlined: a batch's draws do not depend on one another, so the processor
+// overlaps them instead of waiting for each.
+func (s *sampler) drawInto(g *gen, buf []uint64) {
 	if s.kind != distLognormal {
 		for i := range buf {
-			buf[i] = s.draw(r)
+			buf[i] = s.draw(g)
 		}
 		return
 	}
-	var xs [64]float64
+	q := s.q
+	var us [64]uint64
 	for len(buf) > 0 {
-		n := min(len(buf), len(xs))
+		n := min(len(buf), len(us))
+		st := g.s
 		for i := range n {
-			xs[i] = s.exponent(r)
+			st += genGamma
+			us[i] = mix(st)
 		}
-		for i, x := range xs[:n] {
-			if x > -expLimit && x < expLimit {
-				xs[i] = expNear(x)
-			} else {
-				xs[i] = math.Exp(x)
+		g.s = st
+		for i, u := range us[:n] {
+			if j := u >> (64 - quantileBits); j-quantileEdge < quantileN-2*quantileEdge && s.inner {
+				// at, inlined, with nothing to bound (see inner).
+				f := float64(u<<quantileBits>>quantileBits) * quantileFrac
+				a := q.v[j]
+				buf[i] = uint64(a + f*(q.v[j+1]-a) + 0.5)
+				continue
 			}
-		}
-		for i := range n {
-			buf[i] = s.bound(xs[i])
+			buf[i] = s.bound(q.at(u))
 		}
 		buf = buf[n:]
 	}
@@ -529,8 +546,8 @@ type beProgram struct {
 }
 
 // seed seeds g for cycle's service times (its kernels', then its gap's).
-func (p *beProgram) seed(g *rand.PCG, cycle, _ uint64) {
-	g.Seed(p.runSeed, mix(p.stream^cycle))
+func (p *beProgram) seed(g *gen, cycle, _ uint64) {
+	g.seed(p.runSeed, mix(p.stream^cycle))
 }
 
 // Next implements sim.Program.

@@ -197,12 +197,14 @@ func TestDrawInto(t *testing.T) {
 	}
 	for _, d := range dists {
 		s := newSampler(&d)
-		for _, n := range []int{1, 7, 64, 65, 160, 300} {
-			one, batch := newRand(uint64(n)), newRand(uint64(n))
+		for _, n := range []int{1, 7, 64, 65, 160, 300, 5000} {
+			var one, batch gen
+			one.seed(uint64(n), 0)
+			batch.seed(uint64(n), 0)
 			got := make([]uint64, n)
-			s.drawInto(batch, got)
+			s.drawInto(&batch, got)
 			for i := range n {
-				if want := s.draw(one); got[i] != want {
+				if want := s.draw(&one); got[i] != want {
 					t.Fatalf("%+v, %d draws: draw %d is %d, want %d", d, n, i, got[i], want)
 				}
 			}
