@@ -24,7 +24,7 @@ const (
 type source struct {
 	kind eventKind
 	id   int32
-	pos  int32 // index of its pending event in the heap, -1 if none
+	pos  int32 // index of its pending event in the heap, -1 if none (heap only)
 }
 
 // event is a pending event of source src.
@@ -48,14 +48,17 @@ func (a *event) before(b *event) bool {
 type queue struct {
 	srcs []source
 	// events: sorted latest first (small), or a heap (!small), where
-	// each source's pos is its event's index; in the sorted array pos is
-	// only 0 (pending) or -1.
+	// each source's pos is its event's index. In the sorted array, mask
+	// has bit i set while source i has an event pending, and pos is not
+	// kept: a bit costs less to test and set than a source's entry.
 	events []event
 	small  bool
+	mask   uint32
 	seq    uint64
 }
 
-// smallQueue is the most sources the queue keeps in a sorted array.
+// smallQueue is the most sources the queue keeps in a sorted array (the
+// bits of mask).
 const smallQueue = 32
 
 // add registers a source and returns its index.
@@ -63,6 +66,7 @@ func (q *queue) add(kind eventKind, id int32) int32 {
 	q.srcs = append(q.srcs, source{kind: kind, id: id, pos: -1})
 	if len(q.srcs) == 1 {
 		q.small = true
+		q.events = make([]event, 0, smallQueue)
 	}
 	if q.small && len(q.srcs) > smallQueue {
 		q.small = false
@@ -78,7 +82,12 @@ func (q *queue) add(kind eventKind, id int32) int32 {
 func (q *queue) len() int { return len(q.events) }
 
 // pending reports whether source i has an event pending.
-func (q *queue) pending(i int32) bool { return q.srcs[i].pos >= 0 }
+func (q *queue) pending(i int32) bool {
+	if q.small {
+		return q.mask&(1<<uint32(i)) != 0
+	}
+	return q.srcs[i].pos >= 0
+}
 
 // next takes the next sequence number, the order of a scheduling.
 func (q *queue) next() uint64 {
@@ -94,7 +103,12 @@ func (q *queue) set(i int32, t, seq uint64) {
 		q.setSorted(e)
 		return
 	}
-	at := int(q.srcs[i].pos)
+	q.setHeap(e)
+}
+
+// setHeap is set on the heap.
+func (q *queue) setHeap(e event) {
+	at := int(q.srcs[e.src].pos)
 	if at < 0 {
 		q.events = append(q.events, e)
 		q.up(len(q.events)-1, e)
@@ -110,10 +124,15 @@ func (q *queue) set(i int32, t, seq uint64) {
 // setSorted is set on the sorted array: the source's old event, if any,
 // is taken out, and e goes in after the events later than it. Both move
 // the entries between by hand: there are a few, and most events go in
-// near the end (they are soon).
+// near the end (they are soon). The array is resliced in place, never
+// reassigned (add gives it room for every source), so that no pointer is
+// written. An event with the newest sequence number, as schedule gives
+// nearly every one, follows every event at its time: it is placed by its
+// time alone.
 func (q *queue) setSorted(e event) {
-	ev := q.events
-	if q.srcs[e.src].pos >= 0 {
+	bit := uint32(1) << uint32(e.src)
+	if q.mask&bit != 0 {
+		ev := q.events
 		j := len(ev) - 1
 		for ev[j].src != e.src {
 			j--
@@ -121,17 +140,24 @@ func (q *queue) setSorted(e event) {
 		for ; j+1 < len(ev); j++ {
 			ev[j] = ev[j+1]
 		}
-		ev = ev[:len(ev)-1]
+		q.events = q.events[:len(ev)-1]
 	}
-	ev = append(ev, e)
+	q.events = q.events[:len(q.events)+1]
+	ev := q.events
 	j := len(ev) - 1
-	for j > 0 && ev[j-1].before(&e) {
-		ev[j] = ev[j-1]
-		j--
+	if e.seq+1 == q.seq {
+		for j > 0 && ev[j-1].t <= e.t {
+			ev[j] = ev[j-1]
+			j--
+		}
+	} else {
+		for j > 0 && ev[j-1].before(&e) {
+			ev[j] = ev[j-1]
+			j--
+		}
 	}
 	ev[j] = e
-	q.events = ev
-	q.srcs[e.src].pos = 0
+	q.mask |= bit
 }
 
 // peek returns the earliest event; the queue must not be empty.
@@ -149,7 +175,7 @@ func (q *queue) pop() event {
 	if q.small {
 		top := q.events[n]
 		q.events = q.events[:n]
-		q.srcs[top.src].pos = -1
+		q.mask &^= 1 << uint32(top.src)
 		return top
 	}
 	top := q.events[0]

@@ -256,10 +256,18 @@ func (s *Simulator) finish() {
 // schedule makes source i's pending event the one at t (replacing the
 // one it had), failing the run past the bound on pending events.
 func (s *Simulator) schedule(i int32, t uint64) {
-	if !s.q.pending(i) && !s.room() {
+	q := &s.q
+	// room's bound, tested first without a call: the actions queued are
+	// at least those pending.
+	if !q.pending(i) && len(q.events)+len(s.controls) >= s.cfg.maxEvents && !s.room() {
 		return
 	}
-	s.q.set(i, t, s.q.next())
+	e := event{t: t, seq: q.next(), src: i}
+	if q.small {
+		q.setSorted(e)
+		return
+	}
+	q.setHeap(e)
 }
 
 // room reports whether one more event may be pending, failing the run if
