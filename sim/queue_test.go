@@ -28,14 +28,23 @@ func TestQueueOrder(t *testing.T) {
 			addSource()
 		}
 		now := uint64(0)
+		var early []uint64 // sequence numbers taken and not yet used
 		for step := range 20000 {
 			if len(want) < sources && step%50 == 0 {
 				addSource()
 			}
+			if r.IntN(8) == 0 {
+				early = append(early, q.next())
+			}
 			if r.IntN(3) > 0 {
 				i := r.IntN(len(want))
 				tm := now + uint64(r.IntN(20)) // ties are common
+				// Mostly the newest sequence number, as schedule gives;
+				// at times one taken earlier, as an enforcement action's.
 				seq := q.next()
+				if len(early) > 0 && r.IntN(4) == 0 {
+					seq, early = early[0], early[1:]
+				}
 				q.set(int32(i), tm, seq)
 				want[i] = pend{tm, seq, true}
 				continue
@@ -66,6 +75,11 @@ func TestQueueOrder(t *testing.T) {
 			}
 			want[best].ok = false
 			now = e.t
+			for i, p := range want {
+				if q.pending(int32(i)) != p.ok {
+					t.Fatalf("%d sources, step %d: source %d pending %v, want %v", sources, step, i, q.pending(int32(i)), p.ok)
+				}
+			}
 		}
 		if got := len(q.srcs) <= smallQueue; q.small != got {
 			t.Errorf("%d sources: sorted array %v, want %v", sources, q.small, got)
