@@ -176,8 +176,12 @@ func (g *gpu) dispatch(now uint64) {
 			}
 		}
 	}
-	for k := 1; k <= n; k++ {
-		i := (g.pos + k) % n
+	i := g.pos
+	for range n {
+		// The next entry, wrapping (not i % n: a division per entry).
+		if i++; i == n {
+			i = 0
+		}
 		p := g.runlist[i]
 		if !p.runnable() || (lcOnly && p.class != ClassLC) {
 			continue
@@ -252,8 +256,14 @@ func (g *gpu) plan(now uint64) {
 		t = min(now+g.toKernelEnd(p), g.drainEnd)
 	} else if g.othersWaiting(p) {
 		g.contended = true
+		// The end of the slice now is in: nearly always the first, and
+		// then without a division.
 		ts := p.timeslice
-		g.sliceEnd = g.sliceStart + ts*((now-g.sliceStart)/ts+1)
+		if d := now - g.sliceStart; d < ts {
+			g.sliceEnd = g.sliceStart + ts
+		} else {
+			g.sliceEnd = g.sliceStart + ts*(d/ts+1)
+		}
 		t = min(t, g.sliceEnd)
 	}
 	g.scheduleAt(t)

@@ -171,13 +171,10 @@ func (q *queue) peek() *event {
 // pop removes the earliest event and returns it; the queue must not be
 // empty.
 func (q *queue) pop() event {
-	n := len(q.events) - 1
 	if q.small {
-		top := q.events[n]
-		q.events = q.events[:n]
-		q.mask &^= 1 << uint32(top.src)
-		return top
+		return q.popSorted()
 	}
+	n := len(q.events) - 1
 	top := q.events[0]
 	q.srcs[top.src].pos = -1
 	last := q.events[n]
@@ -185,6 +182,16 @@ func (q *queue) pop() event {
 	if n > 0 {
 		q.down(0, last)
 	}
+	return top
+}
+
+// popSorted is pop on the sorted array, small enough for step to inline
+// (it is most of the events a run pops).
+func (q *queue) popSorted() event {
+	n := len(q.events) - 1
+	top := q.events[n]
+	q.events = q.events[:n]
+	q.mask &^= 1 << uint32(top.src)
 	return top
 }
 

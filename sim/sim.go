@@ -213,7 +213,12 @@ func (s *Simulator) step() bool {
 		s.finish()
 		return false
 	}
-	e := s.q.pop()
+	var e event
+	if s.q.small {
+		e = s.q.popSorted()
+	} else {
+		e = s.q.pop()
+	}
 	src := s.q.srcs[e.src]
 	id := src.id
 	s.now = e.t
