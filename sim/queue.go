@@ -84,7 +84,7 @@ func (q *queue) len() int { return len(q.events) }
 // pending reports whether source i has an event pending.
 func (q *queue) pending(i int32) bool {
 	if q.small {
-		return q.mask&(1<<uint32(i)) != 0
+		return q.mask&(1<<(uint32(i)&(smallQueue-1))) != 0
 	}
 	return q.srcs[i].pos >= 0
 }
@@ -130,7 +130,7 @@ func (q *queue) setHeap(e event) {
 // nearly every one, follows every event at its time: it is placed by its
 // time alone.
 func (q *queue) setSorted(e event) {
-	bit := uint32(1) << uint32(e.src)
+	bit := uint32(1) << (uint32(e.src) & (smallQueue - 1))
 	if q.mask&bit != 0 {
 		ev := q.events
 		j := len(ev) - 1
@@ -191,7 +191,7 @@ func (q *queue) popSorted() event {
 	n := len(q.events) - 1
 	top := q.events[n]
 	q.events = q.events[:n]
-	q.mask &^= 1 << uint32(top.src)
+	q.mask &^= 1 << (uint32(top.src) & (smallQueue - 1))
 	return top
 }
 
