@@ -374,7 +374,7 @@ func (s *sampler) drawInto(g *gen, buf []uint64) {
 	var us [64]uint64
 	for len(buf) > 0 {
 		n := min(len(buf), len(us))
-		st := g.s
+		st := g.s // gen.Uint64 written out, its state kept in a register
 		for i := range n {
 			st += genGamma
 			us[i] = mix(st)
