@@ -10,30 +10,28 @@ import (
 // kernels: the k-th request of an LC workload has the same seed in every
 // run, and so the same service times, and so has the k-th cycle of a BE
 // workload. Drawing them (a table lookup per log-normal kernel, see
-// logNormalTable) is still the largest single cost of a run, so the first
-// simulation to need them draws them and the others read them.
+// logNormalTable) is still a large part of a run, so the first simulation
+// to need a key (a request, a cycle) draws it and the others read what
+// they need of it.
 //
-// Three stores serve the others. The draws in full are kept for the last
-// few thousand keys (requests, cycles) of each stream: the runs, held
-// within a second of simulated time of each other where that keeps every
-// thread busy, serve the same requests at about the same time. But how
-// many cycles a BE workload has run by then differs from one baseline to
-// the next (by a quarter and more where LC takes the GPU), and so may
-// the requests of a closed LC workload, or of a run let go ahead: for
-// those, a run far behind the first finds what every run needs of a key,
-// a summary (the total of each burst of kernels, and each single draw),
-// in a table kept until every run reading it has passed, and hands its
-// bursts to the simulator by their totals (sim.Op.Burst). Only if the
-// simulator needs a burst's kernels one by one (a preemption in the
-// middle of it) are they drawn again, as far as it needs them: from the
-// nearest mark before the kernel in flight, where the summary keeps the
-// generator and the work before it, or, before the first mark, from the
-// key's first draw, kept for a while for the runs close by, which meet
-// the same preemptions. A
-// simulation that finds none of these (it lags too far, or ran alone)
-// draws them itself: the values are the same either way, so sharing
-// changes no result, only the work. Safe for concurrent use; use
-// NewDraws. One Draws serves one seed.
+// What every run needs of a key is its summary: the total of each burst
+// of kernels, and each single draw. The first run to draw a key keeps it
+// in a table, until every run reading the stream has passed it, and the
+// others hand its bursts to the simulator by their totals
+// (sim.Op.Burst), whether they are close behind or far (a BE workload's
+// cycles drift apart from one baseline to the next by a quarter and
+// more where LC takes the GPU). Only if the simulator needs a burst's
+// kernels one by one (a preemption in the middle of it) are they drawn
+// again, as far as it needs them: from the nearest mark before the kernel
+// in flight, where the summary keeps the generator and the work before
+// it, or, before the first mark, from the key's first draw, kept for a
+// while for the runs close by, which meet the same preemptions. The draws
+// in full are not kept: a run drawing a few kernels again from a mark
+// costs less than the memory and the reads of every key's draws (see
+// docs/benchmarks.md). A simulation that finds no summary (it lags too
+// far, or ran alone) draws the key itself: the values are the same
+// either way, so sharing changes no result, only the work. Safe for
+// concurrent use; use NewDraws. One Draws serves one seed.
 type Draws struct {
 	mu      sync.Mutex
 	streams map[streamKey]*drawStream
@@ -46,11 +44,10 @@ type streamKey struct {
 	width, marks int
 }
 
-// drawStream is one workload's draws: recent ones in full, the first
-// draws of recent keys drawn again for preemptions, and the summaries of
-// those some run still has to read.
+// drawStream is one workload's draws: the summaries of the keys some run
+// still has to read, and the first draws of recent keys drawn again for
+// preemptions.
 type drawStream struct {
-	full  drawRing
 	parts partRing
 	sums  sumTable
 }
@@ -75,41 +72,11 @@ func (d *Draws) stream(id uint64, width, marks int) *drawStream {
 	return st
 }
 
-// drawKeep is how many keys each stream keeps in full: the requests of a
-// few seconds of simulated time at the rates specs use.
-const drawKeep = 4096
-
-// drawRing keeps the last drawKeep entries of one stream in full, each in
-// the slot of its key modulo drawKeep: reading one takes an atomic load,
-// no lock, as the runs of a comparison read the same stream at once.
-type drawRing struct {
-	slots [drawKeep]atomic.Pointer[drawEntry]
-}
-
-// drawEntry is one key's draws in full, and their summary.
-type drawEntry struct {
-	key, check uint64
-	vals, sum  []uint64
-}
-
-// get returns the entry of key (and check, a second identity: the
-// request's seed) if kept, nil if not. Its slices must not be modified.
-func (r *drawRing) get(key, check uint64, n int) *drawEntry {
-	if e := r.slots[key%drawKeep].Load(); e != nil && e.key == key && e.check == check && len(e.vals) == n {
-		return e
-	}
-	return nil
-}
-
-// put keeps e, whose slices must not be modified after.
-func (r *drawRing) put(e *drawEntry) {
-	r.slots[e.key%drawKeep].Store(e)
-}
-
-// partKeep is how many keys drawn again in part each stream keeps, as
-// many as in full: the runs that share them drift further apart than a
-// second when one is let go to keep the threads busy.
-const partKeep = drawKeep
+// partKeep is how many keys drawn again in part each stream keeps, the
+// requests of a few seconds of simulated time at the rates specs use: the
+// runs that share them drift further apart than a second when one is let
+// go to keep the threads busy.
+const partKeep = 4096
 
 // partRing keeps, for the last partKeep keys drawn again in part, the
 // draws so far and the generator where they left it, in the slot of the
@@ -276,14 +243,6 @@ func (t *sumTable) free() {
 			oldest = min(oldest, n)
 		}
 		delete(t.chunks, oldest)
-	}
-}
-
-// pass tells the table the reader is at key, though it found what it
-// needed elsewhere, so that the chunks behind it can go.
-func (r *sumReader) pass(key uint64) {
-	if key/sumChunkKeys != r.at {
-		r.chunk(key, false)
 	}
 }
 

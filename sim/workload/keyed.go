@@ -81,10 +81,10 @@ type keyed struct {
 	full, sum []uint64
 	mark      []mark
 	part      *partEntry
-	buf       []uint64 // drawn alone
-	// What is left of the slabs draw carves entries from.
-	slab     []drawEntry
-	slabVals []uint64
+	// buf holds the key's draws where this run drew them, and then their
+	// summary: a program synchronizes before it loads its next key, so
+	// the simulator holds none of them by then.
+	buf []uint64
 }
 
 // burstChunk is how many more of a burst's kernels are drawn again at a
@@ -119,72 +119,44 @@ func newKeyed(shape []segment, runs []drawRun, seed seedFunc, st *drawStream) *k
 }
 
 // load makes key (with check, a second identity: a request's seed) the
-// current key: its draws in full where some run drew them lately, else
-// its summary where one is kept, else drawn here and offered to the
-// others.
+// current key: its summary where one is kept, else drawn here and its
+// summary offered to the others.
 func (k *keyed) load(key, check uint64) {
 	k.key, k.check = key, check
+	if cap(k.buf) < k.n+len(k.shape) {
+		k.buf = make([]uint64, k.n+len(k.shape))
+	}
 	if k.st == nil {
-		if cap(k.buf) < k.n {
-			k.buf = make([]uint64, 0, k.n)
-		}
 		k.seed(&k.g, key, check)
 		k.full = drawTo(k.runs, &k.g, k.buf[:0], k.n)
 		return
 	}
 	k.part, k.mark = nil, nil
-	if e := k.st.full.get(key, check, k.n); e != nil {
-		k.full, k.sum = e.vals, e.sum
-		k.rd.pass(key)
-		return
-	}
 	if k.sum, k.mark = k.rd.get(key, check); k.sum != nil {
 		k.full = nil
 		return
 	}
-	e := k.draw()
-	k.full, k.sum = e.vals, e.sum
-	k.rd.put(key, check, e.sum, k.marks)
+	k.draw()
+	k.rd.put(key, check, k.sum, k.marks)
 }
 
-// drawSlab is how many keys' entries and draws keyed.draw allocates at
-// once, side by side in key order.
-const drawSlab = 64
-
-// draw draws the current key's values and summary, and keeps them for
-// the runs close by. The entries a run draws are carved from slabs in
-// the order it draws them, nearly always key order, so that the runs that
-// read them after it (on another thread, most of them long out of this
-// one's cache) read memory in order, which the processor fetches ahead,
-// where one allocation per key scattered them: reading an entry was the
-// costliest instruction of a run. A slab lives while any of its entries
-// is kept.
-func (k *keyed) draw() *drawEntry {
+// draw draws the current key's values into buf, and their summary after
+// them, and places its marks in k.marks.
+func (k *keyed) draw() {
 	w := len(k.shape)
-	if len(k.slab) == 0 {
-		k.slab = make([]drawEntry, drawSlab)
-		k.slabVals = make([]uint64, drawSlab*(k.n+w))
-	}
-	e := &k.slab[0]
-	k.slab = k.slab[1:]
-	buf := k.slabVals[: k.n+w : k.n+w]
-	k.slabVals = k.slabVals[k.n+w:]
-	*e = drawEntry{key: k.key, check: k.check, sum: buf[k.n:]}
+	k.full, k.sum = k.buf[:k.n:k.n], k.buf[k.n:k.n+w:k.n+w]
 	k.seed(&k.g, k.key, k.check)
-	e.vals = buf[:k.n:k.n]
-	k.drawMarked(e.vals)
+	k.drawMarked(k.full)
 	for i, s := range k.shape {
-		v := e.vals[s.off]
+		v := k.full[s.off]
 		if s.burst {
 			v = 0
-			for _, d := range e.vals[s.off : s.off+s.n] {
+			for _, d := range k.full[s.off : s.off+s.n] {
 				v += d
 			}
 		}
-		e.sum[i] = v
+		k.sum[i] = v
 	}
-	k.st.full.put(e)
-	return e
 }
 
 // drawMarked draws the current key's values into vals (k.n of them),
@@ -293,17 +265,11 @@ func (b *keyedBurst) Start(w uint64) (first int, before uint64) {
 }
 
 // Kernels implements sim.Burst: the burst's durations from the key's
-// draws in full (this run's, or those of a run close by), else drawn
-// again as far as asked: from a mark (Start), or from the key's first
-// draw, a chunk at a time, with the runs close by, which meet the same
-// preemptions.
+// draws in full where this run drew them, else drawn again as far as
+// asked: from a mark (Start), or from the key's first draw, a chunk at a
+// time, with the runs close by, which meet the same preemptions.
 func (b *keyedBurst) Kernels(first, n int) []uint64 {
 	k, s := b.k, b.k.shape[b.seg]
-	if k.full == nil {
-		if e := k.st.full.get(k.key, k.check, k.n); e != nil {
-			k.full = e.vals
-		}
-	}
 	if k.full != nil {
 		return k.full[s.off+first : s.off+s.n : s.off+s.n]
 	}
@@ -315,9 +281,7 @@ func (b *keyedBurst) Kernels(first, n int) []uint64 {
 	}
 	vals := k.part.upTo(s.off+first+n, s.off+s.n, k.runs)
 	if len(vals) == k.n {
-		// Drawn in full: the runs that load the key next need nothing more.
-		k.full = vals
-		k.st.full.put(&drawEntry{key: k.key, check: k.check, vals: vals, sum: k.sum})
+		k.full = vals // drawn in full: nothing more to ask of the part
 	}
 	end := min(len(vals), s.off+s.n)
 	return vals[s.off+first : end : end]
