@@ -16,11 +16,14 @@ import (
 // all of them or, if exact, as many as asked for, counting the times it
 // was asked and checking that each asks for more than the last from the
 // same kernel, and only from kernels it offered. With every set, it
-// offers to start from every every-th kernel (Burst.Start).
+// offers to start from every every-th kernel (Burst.Start); with ends
+// set, MayEnd answers from it (else always true).
 type lazyBurst struct {
 	durs   []uint64
 	exact  bool
 	every  int
+	ends   func(w uint64) bool
+	mayEnd int // calls to MayEnd
 	asked  int
 	skips  int // answers to Start past the first kernel
 	first  int
@@ -48,6 +51,23 @@ func (b *lazyBurst) Start(w uint64) (int, uint64) {
 		b.skips++
 	}
 	return first, before
+}
+
+func (b *lazyBurst) MayEnd(w uint64) bool {
+	b.mayEnd++
+	return b.ends == nil || b.ends(w)
+}
+
+// endsOf returns a MayEnd answering exactly for durs: true at the work
+// at which one of them ends.
+func endsOf(durs []uint64) func(uint64) bool {
+	ends := map[uint64]bool{}
+	var at uint64
+	for _, d := range durs {
+		at += d
+		ends[at] = true
+	}
+	return func(w uint64) bool { return ends[w] }
 }
 
 func (b *lazyBurst) Kernels(first, n int) []uint64 {
@@ -81,6 +101,7 @@ func TestBurstEqualsLaunches(t *testing.T) {
 		lazy
 		exact
 		skipping
+		filtered
 	)
 	one := func(how int, bursts *[]*lazyBurst) Program {
 		sc := &script{}
@@ -88,10 +109,13 @@ func TestBurstEqualsLaunches(t *testing.T) {
 			switch how {
 			case eager:
 				sc.ops = append(sc.ops, Op{Kind: OpKernel, Durs: durs})
-			case lazy, exact, skipping:
+			case lazy, exact, skipping, filtered:
 				b := &lazyBurst{durs: durs, exact: how != lazy}
 				if how == skipping {
 					b.every = 2
+				}
+				if how == filtered {
+					b.ends = endsOf(durs)
 				}
 				*bursts = append(*bursts, b)
 				sc.ops = append(sc.ops, Op{Kind: OpKernel, Dur: total, Count: uint32(len(durs)), Burst: b})
@@ -107,7 +131,7 @@ func TestBurstEqualsLaunches(t *testing.T) {
 	totalSkips := 0
 	for _, mode := range []Mode{ModeTimeslice, ModeSpatial, ModePriority} {
 		for _, gran := range []Granularity{GranularityInstruction, GranularityBlock, GranularityKernel} {
-			var got [5]string
+			var got [6]string
 			var bursts []*lazyBurst
 			for how := range got {
 				got[how] = outcome(t, &Options{Mode: mode, Granularity: gran, Timeslice: 500 * time.Microsecond}, uint64(time.Second),
@@ -127,8 +151,16 @@ func TestBurstEqualsLaunches(t *testing.T) {
 			if got[single] != got[skipping] {
 				t.Errorf("%v/%v: lazy burst starting part way differs from single launches:\n%s\n%s", mode, gran, got[single], got[skipping])
 			}
-			asked, skips := 0, 0
+			if got[single] != got[filtered] {
+				t.Errorf("%v/%v: lazy burst telling where its kernels end differs from single launches:\n%s\n%s", mode, gran, got[single], got[filtered])
+			}
+			asked, skips, filterAsked, filterCalls := 0, 0, 0, 0
 			for _, b := range bursts {
+				if b.ends != nil {
+					filterAsked += b.asked
+					filterCalls += b.mayEnd
+					continue
+				}
 				if !b.exact && b.asked > 1 {
 					t.Errorf("%v/%v: a lazy burst that gave all its durations was asked %d times, want at most once", mode, gran, b.asked)
 				}
@@ -143,8 +175,15 @@ func TestBurstEqualsLaunches(t *testing.T) {
 				}
 				skips += b.skips
 			}
-			t.Logf("%v/%v: %d of %d lazy bursts asked for their durations, %d started part way", mode, gran, asked, len(bursts), skips)
+			t.Logf("%v/%v: %d of %d lazy bursts asked for their durations, %d started part way; those telling their ends asked %d times, MayEnd %d times",
+				mode, gran, asked, len(bursts), skips, filterAsked, filterCalls)
 			totalSkips += skips
+			// At instruction granularity only the preemption's test of a
+			// boundary asks, and MayEnd answers it.
+			if mode != ModeSpatial && gran == GranularityInstruction && asked > 0 && (filterAsked > 0 || filterCalls == 0) {
+				t.Errorf("%v/%v: bursts telling their ends were asked for durations %d times (MayEnd %d times), want none (MayEnd used)",
+					mode, gran, filterAsked, filterCalls)
+			}
 		}
 	}
 	if totalSkips == 0 {
@@ -188,6 +227,39 @@ func TestBurstEvents(t *testing.T) {
 		if !slices.Equal(got[0], got[how]) {
 			t.Errorf("burst %d: events differ from single launches:\n%v\n%v", how, got[0], got[how])
 		}
+	}
+}
+
+// TestBurstMayEndAtBoundary: a timeslice that expires exactly where a
+// kernel of a burst ends switches without a save, whether the burst's
+// durations were handed over or are known only to MayEnd; a MayEnd that
+// says no kernel ends there (wrongly) would cost a save.
+func TestBurstMayEndAtBoundary(t *testing.T) {
+	durs := []uint64{250 * us, 250 * us, 250 * us, 250 * us}
+	run := func(op func() Op) Stats {
+		s, _ := mustSim(t, &Options{Timeslice: 500 * time.Microsecond},
+			Process{Name: "A", Program: &script{ops: []Op{op(), {Kind: OpSync}}}},
+			Process{Name: "B", Program: kernels(300 * us)})
+		if err := s.Run(context.Background(), uint64(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		return s.Stats()
+	}
+	burst := func(ends func(uint64) bool) func() Op {
+		return func() Op {
+			return Op{Kind: OpKernel, Dur: 1000 * us, Count: 4, Burst: &lazyBurst{durs: durs, exact: true, ends: ends}}
+		}
+	}
+	eager := run(func() Op { return Op{Kind: OpKernel, Durs: durs} })
+	if eager.GPUs[0].Preemptions != 0 || eager.GPUs[0].Switches < 3 {
+		t.Fatalf("handed over: %d preemptions and %d switches, want none (the slice ends between kernels) and 3 or more",
+			eager.GPUs[0].Preemptions, eager.GPUs[0].Switches)
+	}
+	if got := describe(run(burst(endsOf(durs)))); got != describe(eager) {
+		t.Errorf("MayEnd exact: differs from durations handed over:\n%s\n%s", got, describe(eager))
+	}
+	if got := run(burst(func(uint64) bool { return false })); got.GPUs[0].Preemptions == 0 {
+		t.Error("MayEnd always false: no preemption, so the test does not reach the boundary through MayEnd")
 	}
 }
 
@@ -265,6 +337,8 @@ func (b *markedBurst) Start(w uint64) (int, uint64) {
 	}
 	return first, before
 }
+
+func (b *markedBurst) MayEnd(uint64) bool { return true }
 
 func (b *markedBurst) Kernels(first, n int) []uint64 {
 	b.asked = true
@@ -373,6 +447,8 @@ func (b *badStart) Start(uint64) (int, uint64) {
 }
 
 func (b *badStart) Kernels(first, n int) []uint64 { return b.durs[first : first+n] }
+
+func (b *badStart) MayEnd(uint64) bool { return true }
 
 // TestBurstBadStart: a start that cannot be where a burst's kernels are
 // fails the run, naming the process and the burst: past the last

@@ -85,6 +85,12 @@ type Burst interface {
 	// except once the simulator has asked for another first (it holds
 	// the durations from one first at a time).
 	Kernels(first, n int) []uint64
+	// MayEnd reports whether a kernel of the burst may end w ns of work
+	// into it (0 < w < Dur): false only if none does. It lets the
+	// simulator answer whether a preemption falls between two kernels
+	// without asking for their durations; true is always right, and
+	// costs a call to Kernels.
+	MayEnd(w uint64) bool
 }
 
 // Program is a simulated process's host program. Next is called whenever
@@ -251,7 +257,7 @@ func (it *item) atBoundary() bool {
 	if done == 0 || it.left == 0 {
 		return true
 	}
-	if it.n == 1 {
+	if it.n == 1 || (it.lazy != nil && it.kend <= done && !it.lazy.MayEnd(done)) {
 		return false
 	}
 	it.seek()

@@ -24,11 +24,10 @@ import (
 // kernels one by one (a preemption in the middle of it) are they drawn
 // again, as far as it needs them: from the nearest mark before the kernel
 // in flight, where the summary keeps the generator and the work before
-// it, or, before the first mark, from the key's first draw, kept for a
-// while for the runs close by, which meet the same preemptions. The draws
-// in full are not kept: a run drawing a few kernels again from a mark
-// costs less than the memory and the reads of every key's draws (see
-// docs/benchmarks.md). A simulation that finds no summary (it lags too
+// it, or, before the first mark, from the key's first draw, by each run
+// for itself. Neither the draws in full nor those drawn again are kept:
+// a run drawing a few kernels again costs less than the memory, the
+// reads and the locks of sharing them (see docs/benchmarks.md). A simulation that finds no summary (it lags too
 // far, or ran alone) draws the key itself: the values are the same
 // either way, so sharing changes no result, only the work. Safe for
 // concurrent use; use NewDraws. One Draws serves one seed.
@@ -45,11 +44,9 @@ type streamKey struct {
 }
 
 // drawStream is one workload's draws: the summaries of the keys some run
-// still has to read, and the first draws of recent keys drawn again for
-// preemptions.
+// still has to read.
 type drawStream struct {
-	parts partRing
-	sums  sumTable
+	sums sumTable
 }
 
 // NewDraws returns an empty cache.
@@ -70,72 +67,6 @@ func (d *Draws) stream(id uint64, width, marks int) *drawStream {
 		d.streams[k] = st
 	}
 	return st
-}
-
-// partKeep is how many keys drawn again in part each stream keeps, the
-// requests of a few seconds of simulated time at the rates specs use: the
-// runs that share them drift further apart than a second when one is let
-// go to keep the threads busy.
-const partKeep = 4096
-
-// partRing keeps, for the last partKeep keys drawn again in part, the
-// draws so far and the generator where they left it, in the slot of the
-// key modulo partKeep, so that the runs that meet a preemption in the
-// same key draw its kernels once between them.
-type partRing struct {
-	slots [partKeep]atomic.Pointer[partEntry]
-}
-
-// partEntry is a key's first draws, drawn again as far as runs asked.
-type partEntry struct {
-	key, check uint64
-	n          int // the key's draws
-
-	mu   sync.Mutex
-	vals []uint64 // the draws so far
-	g    gen      // where vals left the key's generator
-}
-
-// partFirst is how many draws a partEntry has room for at first: most are
-// asked for no more than a burst's kernels before its first mark.
-const partFirst = 2 * burstChunk
-
-// get returns the entry of key (and check), making it if none is kept.
-// The slot goes to the newest key; a run whose entry lost its slot draws
-// on in it alone.
-func (r *partRing) get(key, check uint64, n int, seed seedFunc) *partEntry {
-	slot := &r.slots[key%partKeep]
-	old := slot.Load()
-	if old != nil && old.key == key && old.check == check && old.n == n {
-		return old
-	}
-	e := &partEntry{key: key, check: check, n: n, vals: make([]uint64, 0, min(n, partFirst))}
-	seed(&e.g, key, check)
-	if !slot.CompareAndSwap(old, e) {
-		if cur := slot.Load(); cur != nil && cur.key == key && cur.check == check && cur.n == n {
-			return cur
-		}
-	}
-	return e
-}
-
-// upTo returns the key's first draws, at least want of them (or as many
-// as there are), drawing more with runs if needed: a chunk past want, up
-// to limit (the end of the burst asked about). The slice returned is not
-// changed later: more draws go past its end, or into a larger copy.
-func (e *partEntry) upTo(want, limit int, runs []drawRun) []uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.vals) < want {
-		m := min(max(want, len(e.vals)+burstChunk), max(limit, want), e.n)
-		if m > cap(e.vals) {
-			vals := make([]uint64, len(e.vals), min(max(m, 2*cap(e.vals)), e.n))
-			copy(vals, e.vals)
-			e.vals = vals
-		}
-		e.vals = drawTo(runs, &e.g, e.vals, m)
-	}
-	return e.vals
 }
 
 // sumChunkKeys is how many consecutive keys a chunk of a summary table
@@ -246,7 +177,8 @@ func (t *sumTable) free() {
 	}
 }
 
-// get returns the summary and the marks of key if kept (nil if not).
+// get returns the summary (width values) and the marks of key if kept
+// (nil if not).
 // The slices returned must not be modified.
 func (r *sumReader) get(key, check uint64) ([]uint64, []mark) {
 	c := r.chunk(key, false)

@@ -16,6 +16,10 @@ type segment struct {
 	// every-th kernel after the first, marks of them, the first at mark0
 	// among the key's marks. run is the drawRun that draws the burst.
 	every, marks, mark0, run int
+
+	// A burst's filter of its kernels' ends (placeFilters sets it):
+	// 1<<fLog bits, from word fOff of the key's filters; fLog 0: none.
+	fOff, fLog int
 }
 
 // markEvery is the fewest kernels between two marks of a burst, and
@@ -50,6 +54,44 @@ func placeMarks(shape []segment, runs []drawRun) int {
 	return marks
 }
 
+// filterBits is how many bits of a burst's filter each of its kernels
+// ends gets, at least: one bit set per end, a bit clear for 7 in 8 of the
+// works at which no kernel ends. filterMul hashes a work into the filter.
+const (
+	filterBits = 8
+	filterMul  = 0x9e3779b97f4a7c15
+)
+
+// placeFilters gives each burst of shape a filter of the work at which
+// its kernels end (all but the last), so that a run that knows the burst
+// only by its total can tell that a preemption falls part way through a
+// kernel without drawing the kernels again, and returns the words of a
+// key's filters. A filter has 1<<fLog bits, a power of two at least
+// filterBits per end, 64 at least.
+func placeFilters(shape []segment) int {
+	words := 0
+	for i := range shape {
+		s := &shape[i]
+		if !s.burst || s.n < 2 {
+			continue
+		}
+		s.fLog = 6
+		for 1<<s.fLog < filterBits*(s.n-1) {
+			s.fLog++
+		}
+		s.fOff = words
+		words += 1 << (s.fLog - 6)
+	}
+	return words
+}
+
+// filterBit is where the end of a kernel w ns of work into a burst goes
+// in a filter of 1<<fLog bits: its word and its bit.
+func filterBit(w uint64, fLog int) (word int, bit uint64) {
+	h := (w * filterMul) >> (64 - fLog)
+	return int(h >> 6), 1 << (h & 63)
+}
+
 // seedFunc seeds a generator for a key's draws.
 type seedFunc func(g *gen, key, check uint64)
 
@@ -74,13 +116,18 @@ type keyed struct {
 	key, check uint64
 	// full holds the key's draws, nil while only its summary is at hand;
 	// sum holds, per segment, a burst's total or the single draw (when
-	// shared), and mark the marks of its bursts with the summary; part
-	// holds the key's first draws, drawn again (with the runs close by)
-	// as far as the simulator asked for a burst's kernels before its
-	// first mark.
-	full, sum []uint64
-	mark      []mark
-	part      *partEntry
+	// shared), filt its bursts' filters (when shared: words of them,
+	// after sum in the summary), and mark the marks of its bursts with
+	// the summary; part
+	// holds the key's first draws, drawn again as far as the simulator
+	// asked for a burst's kernels before its first mark (valid while
+	// parted is set), and pg where they left the generator.
+	full, sum, filt []uint64
+	words           int
+	mark            []mark
+	part            []uint64
+	parted          bool
+	pg              gen
 	// buf holds the key's draws where this run drew them, and then their
 	// summary: a program synchronizes before it loads its next key, so
 	// the simulator holds none of them by then.
@@ -103,8 +150,12 @@ func newKeyed(shape []segment, runs []drawRun, seed seedFunc, st *drawStream) *k
 	}
 	k.markedBy = make([]*segment, len(runs))
 	for i := range shape {
-		if s := &shape[i]; s.marks > 0 {
+		s := &shape[i]
+		if s.marks > 0 {
 			k.markedBy[s.run] = s
+		}
+		if s.fLog > 0 {
+			k.words = max(k.words, s.fOff+1<<(s.fLog-6))
 		}
 	}
 	k.bursts = make([]keyedBurst, len(shape))
@@ -123,37 +174,46 @@ func newKeyed(shape []segment, runs []drawRun, seed seedFunc, st *drawStream) *k
 // summary offered to the others.
 func (k *keyed) load(key, check uint64) {
 	k.key, k.check = key, check
-	if cap(k.buf) < k.n+len(k.shape) {
-		k.buf = make([]uint64, k.n+len(k.shape))
+	w := len(k.shape)
+	if cap(k.buf) < k.n+w+k.words {
+		k.buf = make([]uint64, k.n+w+k.words)
 	}
 	if k.st == nil {
 		k.seed(&k.g, key, check)
 		k.full = drawTo(k.runs, &k.g, k.buf[:0], k.n)
 		return
 	}
-	k.part, k.mark = nil, nil
-	if k.sum, k.mark = k.rd.get(key, check); k.sum != nil {
-		k.full = nil
+	k.parted = false
+	row, mark := k.rd.get(key, check)
+	if row != nil {
+		k.full, k.sum, k.filt, k.mark = nil, row[:w:w], row[w:], mark
 		return
 	}
 	k.draw()
-	k.rd.put(key, check, k.sum, k.marks)
+	k.rd.put(key, check, k.buf[k.n:k.n+w+k.words], k.marks)
 }
 
 // draw draws the current key's values into buf, and their summary after
 // them, and places its marks in k.marks.
 func (k *keyed) draw() {
 	w := len(k.shape)
-	k.full, k.sum = k.buf[:k.n:k.n], k.buf[k.n:k.n+w:k.n+w]
+	k.full, k.sum, k.filt = k.buf[:k.n:k.n], k.buf[k.n:k.n+w:k.n+w], k.buf[k.n+w:k.n+w+k.words]
+	k.mark = nil
+	clear(k.filt)
 	k.seed(&k.g, k.key, k.check)
 	k.drawMarked(k.full)
 	for i, s := range k.shape {
 		v := k.full[s.off]
 		if s.burst {
 			v = 0
-			for _, d := range k.full[s.off : s.off+s.n] {
+			for _, d := range k.full[s.off : s.off+s.n-1] {
 				v += d
+				if s.fLog > 0 {
+					j, b := filterBit(v, s.fLog)
+					k.filt[s.fOff+j] |= b
+				}
 			}
+			v += k.full[s.off+s.n-1]
 		}
 		k.sum[i] = v
 	}
@@ -267,7 +327,7 @@ func (b *keyedBurst) Start(w uint64) (first int, before uint64) {
 // Kernels implements sim.Burst: the burst's durations from the key's
 // draws in full where this run drew them, else drawn again as far as
 // asked: from a mark (Start), or from the key's first draw, a chunk at a
-// time, with the runs close by, which meet the same preemptions.
+// time.
 func (b *keyedBurst) Kernels(first, n int) []uint64 {
 	k, s := b.k, b.k.shape[b.seg]
 	if k.full != nil {
@@ -276,15 +336,43 @@ func (b *keyedBurst) Kernels(first, n int) []uint64 {
 	if first > 0 && k.mark != nil && s.every > 0 && first%s.every == 0 && first/s.every <= s.marks {
 		return b.window(first, n)
 	}
-	if k.part == nil {
-		k.part = k.st.parts.get(k.key, k.check, k.n, k.seed)
-	}
-	vals := k.part.upTo(s.off+first+n, s.off+s.n, k.runs)
+	vals := k.drawPart(s.off+first+n, s.off+s.n)
 	if len(vals) == k.n {
 		k.full = vals // drawn in full: nothing more to ask of the part
 	}
 	end := min(len(vals), s.off+s.n)
 	return vals[s.off+first : end : end]
+}
+
+// drawPart returns the current key's first draws, drawn again, at least
+// want of them (or as many as there are): a chunk past want at a time, up
+// to limit (the end of the burst asked about). The slice returned is not
+// changed later: more draws go past its end, in the same memory.
+func (k *keyed) drawPart(want, limit int) []uint64 {
+	if !k.parted {
+		if cap(k.part) < k.n {
+			k.part = make([]uint64, 0, k.n)
+		}
+		k.part = k.part[:0]
+		k.seed(&k.pg, k.key, k.check)
+		k.parted = true
+	}
+	if len(k.part) < want {
+		m := min(max(want, len(k.part)+burstChunk), max(limit, want), k.n)
+		k.part = drawTo(k.runs, &k.pg, k.part, m)
+	}
+	return k.part
+}
+
+// MayEnd implements sim.Burst from the key's filter of the burst's
+// kernels' ends.
+func (b *keyedBurst) MayEnd(w uint64) bool {
+	k, s := b.k, &b.k.shape[b.seg]
+	if s.fLog == 0 || k.filt == nil {
+		return true
+	}
+	j, bit := filterBit(w, s.fLog)
+	return k.filt[s.fOff+j]&bit != 0
 }
 
 // window returns the burst's kernels from mark kernel first on, at least

@@ -129,7 +129,7 @@ func (f *File) workloads() ([]Workload, error) {
 		}
 		steps := compileSteps(lc.Request)
 		order, shape := drawOrder(steps), shapeOf(steps)
-		marks := placeMarks(shape, order)
+		marks, words := placeMarks(shape, order), placeFilters(shape)
 		pending := lc.MaxPending
 		if pending == 0 {
 			pending = defaultPending
@@ -159,7 +159,7 @@ func (f *File) workloads() ([]Workload, error) {
 				newDispatcher: newDispatcher,
 				newProgram: func(seed, _ uint64, d *dispatcher, draws *Draws) sim.Program {
 					p := &lcProgram{d: d, stream: h, steps: steps}
-					p.draws = newKeyed(shape, order, p.seed, draws.stream(streamID(lc.Name, false), len(shape), marks))
+					p.draws = newKeyed(shape, order, p.seed, draws.stream(streamID(lc.Name, false), len(shape)+words, marks))
 					return p
 				},
 			})
@@ -184,8 +184,8 @@ func (f *File) workloads() ([]Workload, error) {
 				if gap != nil {
 					shape, runs = append(shape, segment{off: every, n: 1}), append(runs, drawRun{gap, 1})
 				}
-				marks := placeMarks(shape, runs)
-				p.draws = newKeyed(shape, runs, p.seed, draws.stream(streamID(be.Name, true), len(shape), marks))
+				marks, words := placeMarks(shape, runs), placeFilters(shape)
+				p.draws = newKeyed(shape, runs, p.seed, draws.stream(streamID(be.Name, true), len(shape)+words, marks))
 				return p
 			},
 		})

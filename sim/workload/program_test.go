@@ -367,6 +367,7 @@ be:
 	// of them launched from a summary alone, marked the kernels asked for
 	// from a mark.
 	bursts, summarized, marked := 0, 0, 0
+	between, falseEnds := 0, 0
 	ops := func(p sim.Program, n int) string {
 		var b strings.Builder
 		now := uint64(0)
@@ -439,6 +440,29 @@ be:
 			if op.Burst != nil {
 				durs = op.Burst.Kernels(0, int(op.Count))
 			}
+			if ok {
+				// It says a kernel may end wherever one does, and no
+				// kernel ends at most of the works between.
+				var ends []uint64
+				var at uint64
+				for _, d := range durs[:len(durs)-1] {
+					at += d
+					ends = append(ends, at)
+				}
+				for j, at := range ends {
+					if !op.Burst.MayEnd(at) {
+						t.Fatalf("burst of %d kernels: MayEnd(%d) false where kernel %d ends", len(durs), at, j)
+					}
+					for _, w := range []uint64{at - 1, at + 1, at - durs[j]/2} {
+						if w > 0 && w < op.Dur && !slices.Contains(ends, w) {
+							between++
+							if op.Burst.MayEnd(w) {
+								falseEnds++
+							}
+						}
+					}
+				}
+			}
 			if durs != nil {
 				dur = 0
 			}
@@ -474,7 +498,12 @@ be:
 			total += summarized
 			reading += marked
 		}
-		t.Logf("%d ops: %d bursts launched from summaries, %d drawn again from a mark", n, total, reading)
+		t.Logf("%d ops: %d bursts launched from summaries, %d drawn again from a mark; MayEnd true at %d of %d works where no kernel ends",
+			n, total, reading, falseEnds, between)
+		if between == 0 || falseEnds > between/5 {
+			t.Errorf("%d ops: MayEnd true at %d of %d works where no kernel ends, want at most a fifth", n, falseEnds, between)
+		}
+		between, falseEnds = 0, 0
 		if reading < total/4 {
 			t.Errorf("%d ops: %d of %d bursts launched from summaries drawn again from a mark, want most of the BE ones", n, reading, total)
 		}
