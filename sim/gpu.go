@@ -9,10 +9,14 @@ import (
 
 type gstate uint8
 
+// A context switch is part of gRun: the engine loads cur's context until
+// since (switching), and runs it from then on. No decision falls at a
+// switch's end, so it is not an event: the run is planned from it when
+// the switch begins, and anything that happens during the switch that
+// would have changed the plan at its end plans again.
 const (
 	gIdle    gstate = iota
-	gSwitch         // loading the next channel group's context
-	gRun            // cur's head kernel is executing
+	gRun            // cur's context is loading (switching), then its head kernel is executing
 	gPreempt        // saving a preempted kernel's context
 )
 
@@ -27,9 +31,9 @@ type gpu struct {
 	runlist    []*proc // channel groups, repeated by interleave level
 	pos        int     // runlist entry of the last dispatch
 	cur        *proc   // the group being switched in, running, or nil
-	last       *proc   // whose context is loaded (nil after a save)
+	last       *proc   // whose context is loaded or loading (nil after a save)
 	state      gstate
-	since      uint64 // start of the state (of the accounting interval in gRun)
+	since      uint64 // start of the state (of the accounting interval in gRun: the switch's end while switching)
 	segStart   uint64 // start of the current timeline segment
 	sliceStart uint64
 	sliceEnd   uint64 // meaningful while contended
@@ -37,6 +41,11 @@ type gpu struct {
 	drain      bool   // a preemption is pending: the kernel drains until drainEnd
 	drainEnd   uint64
 	src        int32 // event source of its decisions
+	// The last switch, [swStart, swEnd), until its time and its timeline
+	// segment are recorded (swPending): when its group's run segment is,
+	// or when it is cut short.
+	swStart, swEnd uint64
+	swPending      bool
 
 	// Spatial mode: every runnable group's kernel co-runs.
 	running []*proc
@@ -147,6 +156,10 @@ func (g *gpu) kick(p *proc, now uint64) {
 			return
 		}
 		if g.prio && p.class == ClassLC && g.cur.class == ClassBE {
+			if g.switching(now) {
+				g.abortSwitch(now)
+				return
+			}
 			g.account(now)
 			g.requestPreempt(now)
 			return
@@ -155,11 +168,12 @@ func (g *gpu) kick(p *proc, now uint64) {
 			g.account(now)
 			g.plan(now)
 		}
-	case gSwitch:
-		if g.prio && p.class == ClassLC && g.cur.class == ClassBE {
-			g.abortSwitch(now)
-		}
 	}
+}
+
+// switching reports whether cur's context is still loading at now.
+func (g *gpu) switching(now uint64) bool {
+	return g.state == gRun && now < g.since
 }
 
 // dispatch picks the next runnable group after the last dispatched runlist
@@ -187,24 +201,25 @@ func (g *gpu) dispatch(now uint64) {
 			continue
 		}
 		g.pos, g.cur = i, p
+		at := now
 		if p != g.last {
 			g.st.Switches++
-			if g.s.cfg.ctxSwitch > 0 {
-				g.state, g.since, g.segStart = gSwitch, now, now
-				g.scheduleAt(now + g.s.cfg.ctxSwitch)
-				return
+			if sw := g.s.cfg.ctxSwitch; sw > 0 {
+				g.swStart, g.swEnd, g.swPending = now, now+sw, true
+				at = now + sw
 			}
 		}
-		g.start(now)
+		g.start(at)
 		return
 	}
 }
 
-// start begins running cur with a fresh timeslice.
-func (g *gpu) start(now uint64) {
-	g.state, g.since, g.segStart, g.sliceStart = gRun, now, now, now
+// start begins running cur at at (the end of its switch, if any) with a
+// fresh timeslice.
+func (g *gpu) start(at uint64) {
+	g.state, g.since, g.segStart, g.sliceStart = gRun, at, at, at
 	g.last = g.cur
-	g.plan(now)
+	g.plan(at)
 }
 
 // claim marks the start of an LC request under request-priority: a BE
@@ -214,14 +229,14 @@ func (g *gpu) claim(now uint64) {
 	if g.cur == nil || g.cur.class != ClassBE {
 		return
 	}
-	switch g.state {
-	case gRun:
+	switch {
+	case g.switching(now):
+		g.abortSwitch(now)
+	case g.state == gRun:
 		g.account(now)
 		if !g.drain {
 			g.requestPreempt(now)
 		}
-	case gSwitch:
-		g.abortSwitch(now)
 	}
 }
 
@@ -238,10 +253,16 @@ func (g *gpu) release(now uint64) {
 
 // abortSwitch abandons switching in cur (the time spent is lost).
 func (g *gpu) abortSwitch(now uint64) {
-	g.st.SwitchTime += now - g.since
-	g.segment(SegmentSwitch, g.cur, now)
+	g.cutSwitch(now)
 	g.last = nil
 	g.dispatch(now)
+}
+
+// cutSwitch records the switch in progress as ending at now.
+func (g *gpu) cutSwitch(now uint64) {
+	g.swPending = false
+	g.st.SwitchTime += now - g.swStart
+	g.record(SegmentSwitch, g.cur, g.swStart, now)
 }
 
 // plan schedules the next decision while running: the end of the head run
@@ -249,6 +270,8 @@ func (g *gpu) abortSwitch(now uint64) {
 // between them, see account), the kernel's end while draining, or the
 // timeslice's end if someone else is waiting.
 func (g *gpu) plan(now uint64) {
+	// While switching, the run is planned from the switch's end.
+	now = max(now, g.since)
 	p := g.cur
 	t := now + p.runLeft
 	g.contended = false
@@ -309,10 +332,6 @@ func (g *gpu) onEvent(now uint64) {
 	switch g.state {
 	case gIdle:
 		g.dispatch(now)
-	case gSwitch:
-		g.st.SwitchTime += now - g.since
-		g.segment(SegmentSwitch, g.cur, now)
-		g.start(now)
 	case gPreempt:
 		g.st.PreemptTime += now - g.since
 		g.segment(SegmentPreempt, nil, now)
@@ -433,14 +452,14 @@ func (g *gpu) suspend(p *proc, now uint64) {
 		}
 		return
 	}
-	switch g.state {
-	case gRun:
+	switch {
+	case g.switching(now):
+		g.abortSwitch(now)
+	case g.state == gRun:
 		g.account(now)
 		if !g.drain {
 			g.requestPreempt(now)
 		}
-	case gSwitch:
-		g.abortSwitch(now)
 	}
 }
 
@@ -462,21 +481,26 @@ func (g *gpu) settle(now uint64) {
 		}
 		return
 	}
-	switch g.state {
-	case gRun:
+	switch {
+	case g.switching(now):
+		g.cutSwitch(now)
+	case g.state == gRun:
 		g.account(now)
 		g.segment(SegmentRun, g.cur, now)
-	case gSwitch:
-		g.st.SwitchTime += now - g.since
-		g.segment(SegmentSwitch, g.cur, now)
-	case gPreempt:
+	case g.state == gPreempt:
 		g.st.PreemptTime += now - g.since
 		g.segment(SegmentPreempt, nil, now)
 	}
 }
 
-// segment records [segStart, now) in the timeline if it falls in the window.
+// segment records [segStart, now) in the timeline if it falls in the
+// window, after the switch before it.
 func (g *gpu) segment(kind SegmentKind, p *proc, now uint64) {
+	if g.swPending {
+		g.swPending = false
+		g.st.SwitchTime += g.swEnd - g.swStart
+		g.record(SegmentSwitch, g.cur, g.swStart, g.swEnd)
+	}
 	g.record(kind, p, g.segStart, now)
 }
 
