@@ -80,7 +80,7 @@ func (s *Simulator) SetInterleave(pid uint32, level sched.Interleave) error {
 	return s.control(func() {
 		if p.interleave != level {
 			p.interleave = level
-			s.gpus[p.gpu].buildRunlist()
+			s.gpus[p.gpu].relayout(s.now)
 		}
 	})
 }

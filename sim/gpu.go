@@ -9,15 +9,19 @@ import (
 
 type gstate uint8
 
-// A context switch is part of gRun: the engine loads cur's context until
-// since (switching), and runs it from then on. No decision falls at a
-// switch's end, so it is not an event: the run is planned from it when
-// the switch begins, and anything that happens during the switch that
-// would have changed the plan at its end plans again.
+// Neither a save's end nor a switch's is an event, since nothing is
+// decided there that could not be decided at its start. After a
+// preemption the engine saves the kernel's context until saveEnd
+// (saving), and the group that follows is chosen when the save begins,
+// as at its end, and chosen again if anything that would change the
+// choice happens before then. A context switch is part of gRun: the
+// engine loads cur's context until since (switching), and runs it from
+// then on; the run is planned from the switch's end when the switch
+// begins, and planned again if anything that would change the plan
+// happens during the switch.
 const (
-	gIdle    gstate = iota
-	gRun            // cur's context is loading (switching), then its head kernel is executing
-	gPreempt        // saving a preempted kernel's context
+	gIdle gstate = iota
+	gRun         // cur's context is loading (switching), then its head kernel is executing
 )
 
 // gpu is one GPU: a compute engine shared by its channel groups and two
@@ -41,11 +45,16 @@ type gpu struct {
 	drain      bool   // a preemption is pending: the kernel drains until drainEnd
 	drainEnd   uint64
 	src        int32 // event source of its decisions
-	// The last switch, [swStart, swEnd), until its time and its timeline
-	// segment are recorded (swPending): when its group's run segment is,
-	// or when it is cut short.
-	swStart, swEnd uint64
-	swPending      bool
+	// The last save, [svStart, saveEnd), and the last switch, [swStart,
+	// swEnd), until their time and timeline segments are recorded
+	// (svPending, swPending): with the next segment, or when the end of
+	// the run or an abort cuts them short. savePos is the runlist entry
+	// of the last dispatch before the save, to choose again from.
+	svStart, saveEnd uint64
+	swStart, swEnd   uint64
+	savePos          int
+	svPending        bool
+	swPending        bool
 
 	// Spatial mode: every runnable group's kernel co-runs.
 	running []*proc
@@ -120,6 +129,17 @@ func (g *gpu) buildRunlist() {
 	}
 }
 
+// relayout lays out the runlist again after a group's level changed at
+// now. A save in progress chooses the group after it again, from the
+// runlist's start, as the engine does with no group chosen.
+func (g *gpu) relayout(now uint64) {
+	g.buildRunlist()
+	if g.saving(now) {
+		g.savePos = len(g.runlist) - 1
+		g.chooseAfterSave()
+	}
+}
+
 // eligibleOver reports whether q may take the engine from p under the mode.
 func (g *gpu) eligibleOver(q, p *proc) bool {
 	if g.prio && p.class == ClassLC {
@@ -148,6 +168,10 @@ func (g *gpu) kick(p *proc, now uint64) {
 		g.spatialReplan(now)
 		return
 	}
+	if g.saving(now) {
+		g.chooseAfterSave()
+		return
+	}
 	switch g.state {
 	case gIdle:
 		g.dispatch(now)
@@ -174,6 +198,34 @@ func (g *gpu) kick(p *proc, now uint64) {
 // switching reports whether cur's context is still loading at now.
 func (g *gpu) switching(now uint64) bool {
 	return g.state == gRun && now < g.since
+}
+
+// saving reports whether a preempted kernel's context is still being
+// saved at now.
+func (g *gpu) saving(now uint64) bool {
+	return now < g.saveEnd
+}
+
+// chooseAfterSave chooses, as at the end of the save in progress, the
+// group that follows it, undoing the choice made before, if any.
+func (g *gpu) chooseAfterSave() {
+	g.undoChoice()
+	g.dispatch(g.saveEnd)
+	if g.state == gIdle {
+		// The engine decides again at the save's end, as it would
+		// have: this replaces a decision planned for a group no longer
+		// chosen.
+		g.scheduleAt(g.saveEnd)
+	}
+}
+
+// undoChoice forgets the group chosen to follow the save in progress.
+func (g *gpu) undoChoice() {
+	if g.cur != nil {
+		g.st.Switches-- // the dispatch after a save always switches
+		g.swPending = false
+	}
+	g.cur, g.last, g.pos, g.state = nil, nil, g.savePos, gIdle
 }
 
 // dispatch picks the next runnable group after the last dispatched runlist
@@ -226,6 +278,10 @@ func (g *gpu) start(at uint64) {
 // group on the engine is taken off it at once.
 func (g *gpu) claim(now uint64) {
 	g.claims++
+	if g.saving(now) {
+		g.chooseAfterSave()
+		return
+	}
 	if g.cur == nil || g.cur.class != ClassBE {
 		return
 	}
@@ -246,6 +302,10 @@ func (g *gpu) claim(now uint64) {
 // switch.
 func (g *gpu) release(now uint64) {
 	g.claims--
+	if g.saving(now) {
+		g.chooseAfterSave()
+		return
+	}
 	if g.claims == 0 && g.state == gIdle {
 		g.scheduleAt(now)
 	}
@@ -260,6 +320,7 @@ func (g *gpu) abortSwitch(now uint64) {
 
 // cutSwitch records the switch in progress as ending at now.
 func (g *gpu) cutSwitch(now uint64) {
+	g.flushSave()
 	g.swPending = false
 	g.st.SwitchTime += now - g.swStart
 	g.record(SegmentSwitch, g.cur, g.swStart, now)
@@ -331,10 +392,10 @@ func (g *gpu) onEvent(now uint64) {
 	}
 	switch g.state {
 	case gIdle:
-		g.dispatch(now)
-	case gPreempt:
-		g.st.PreemptTime += now - g.since
-		g.segment(SegmentPreempt, nil, now)
+		if g.saving(now) {
+			g.chooseAfterSave()
+			return
+		}
 		g.dispatch(now)
 	case gRun:
 		g.account(now)
@@ -431,8 +492,8 @@ func (g *gpu) beginPreempt(now uint64) {
 		g.dispatch(now)
 		return
 	}
-	g.state, g.since, g.segStart = gPreempt, now, now
-	g.scheduleAt(now + g.s.cfg.preempt)
+	g.svStart, g.saveEnd, g.svPending, g.savePos = now, now+g.s.cfg.preempt, true, g.pos
+	g.chooseAfterSave()
 }
 
 // suspend takes p off the runlist (Enforcer.Suspend).
@@ -443,6 +504,10 @@ func (g *gpu) suspend(p *proc, now uint64) {
 	p.suspended = true
 	if g.s.cfg.mode == ModeSpatial {
 		g.spatialReplan(now)
+		return
+	}
+	if g.saving(now) {
+		g.chooseAfterSave()
 		return
 	}
 	if g.cur != p {
@@ -482,26 +547,40 @@ func (g *gpu) settle(now uint64) {
 		return
 	}
 	switch {
+	case g.saving(now):
+		g.undoChoice()
+		g.saveEnd = now
+		g.flushSave()
 	case g.switching(now):
 		g.cutSwitch(now)
 	case g.state == gRun:
 		g.account(now)
 		g.segment(SegmentRun, g.cur, now)
-	case g.state == gPreempt:
-		g.st.PreemptTime += now - g.since
-		g.segment(SegmentPreempt, nil, now)
+	default:
+		g.flushSave() // idle since a save, nothing recorded after it
 	}
 }
 
 // segment records [segStart, now) in the timeline if it falls in the
-// window, after the switch before it.
+// window, after the save and the switch before it.
 func (g *gpu) segment(kind SegmentKind, p *proc, now uint64) {
+	g.flushSave()
 	if g.swPending {
 		g.swPending = false
 		g.st.SwitchTime += g.swEnd - g.swStart
 		g.record(SegmentSwitch, g.cur, g.swStart, g.swEnd)
 	}
 	g.record(kind, p, g.segStart, now)
+}
+
+// flushSave records the last save's time and timeline segment, if not yet
+// recorded.
+func (g *gpu) flushSave() {
+	if g.svPending {
+		g.svPending = false
+		g.st.PreemptTime += g.saveEnd - g.svStart
+		g.record(SegmentPreempt, nil, g.svStart, g.saveEnd)
+	}
 }
 
 // record adds [start, end) to the timeline if it falls in the window.

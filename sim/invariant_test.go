@@ -131,8 +131,11 @@ func checkInvariants(t *testing.T, seed uint64, ctlSeed uint64) {
 	if opts.Mode != ModeSpatial && work != busy {
 		t.Errorf("work %d ≠ busy %d", work, busy)
 	}
-	// Timeline segments of one GPU never overlap (except co-running ones).
+	// Timeline segments of one GPU never overlap (except co-running ones),
+	// and, the window covering the whole run, add up to the GPU's time
+	// running, switching and saving.
 	last := map[int]uint64{}
+	sums := make([][3]uint64, len(st.GPUs))
 	for _, seg := range st.Timeline {
 		if opts.Mode == ModeSpatial {
 			continue
@@ -141,6 +144,15 @@ func checkInvariants(t *testing.T, seed uint64, ctlSeed uint64) {
 			t.Fatalf("timeline overlap at %+v (previous end %d)", seg, last[seg.GPU])
 		}
 		last[seg.GPU] = seg.End
+		sums[seg.GPU][seg.Kind] += seg.End - seg.Start
+	}
+	for i, g := range st.GPUs {
+		if opts.Mode == ModeSpatial || st.TimelineDropped > 0 {
+			break
+		}
+		if want := [3]uint64{g.Busy, g.SwitchTime, g.PreemptTime}; sums[i] != want {
+			t.Errorf("gpu %d: timeline runs, switches and saves %v, want %v (busy, switching, saving)", i, sums[i], want)
+		}
 	}
 }
 

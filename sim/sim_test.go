@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -271,6 +272,75 @@ func TestCopiesAndInterleave(t *testing.T) {
 }
 
 // TestSuspendResumeAndGate drives the Enforcer through Read and deadlines.
+// TestSaveThenIdle: a group suspended mid-kernel, with no other group to
+// run, is saved, and the engine stays idle to the end of the run: the
+// save's time and segment count however the run ends.
+func TestSaveThenIdle(t *testing.T) {
+	s, pids := mustSim(t, &Options{Observe: true, ContextSwitch: 10 * time.Microsecond, Preemption: 20 * time.Microsecond},
+		Process{Name: "be", Program: kernels(3000 * us)})
+	s.Start(5000 * us)
+	var ev trace.Event
+	if err := s.SetReadDeadline(1000 * us); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if err := s.Read(&ev); errors.Is(err, trace.ErrDeadline) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Suspend(pids[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.SetReadDeadline(0)
+	readAll(t, s, func(*trace.Event) {})
+	st := s.Stats()
+	g := st.GPUs[0]
+	if g.Preemptions != 1 || g.PreemptTime != 20*us || g.SwitchTime != 10*us || g.Busy != 990*us {
+		t.Errorf("gpu stats %+v, want 1 preemption, 20µs saving, 10µs switching, 990µs busy", g)
+	}
+	want := []Segment{
+		{PID: pids[0], Kind: SegmentSwitch, Start: 0, End: 10 * us},
+		{PID: pids[0], Kind: SegmentRun, Start: 10 * us, End: 1000 * us},
+		{Kind: SegmentPreempt, Start: 1000 * us, End: 1020 * us},
+	}
+	if !slices.Equal(st.Timeline, want) {
+		t.Errorf("timeline %+v, want %+v", st.Timeline, want)
+	}
+}
+
+// TestInterleaveDuringSave: a runlist laid out again while a preempted
+// kernel is being saved is scanned from its start when the save ends,
+// as with no group chosen: C, raised to high, goes first, not B (the
+// entry after A in the old layout) nor A (the one after it in the new),
+// and A follows it.
+func TestInterleaveDuringSave(t *testing.T) {
+	s, pids := mustSim(t, &Options{Observe: true, Timeslice: time.Millisecond, ContextSwitch: 10 * time.Microsecond, Preemption: 50 * time.Microsecond},
+		Process{Name: "A", Program: kernels(5000 * us)},
+		Process{Name: "B", Program: kernels(5000 * us)},
+		Process{Name: "C", Program: kernels(5000 * us)})
+	s.Start(3000 * us)
+	var ev trace.Event
+	_ = s.SetReadDeadline(1030 * us) // A's slice ended at 1010, its save ends at 1060
+	for {
+		if err := s.Read(&ev); errors.Is(err, trace.ErrDeadline) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetInterleave(pids[2], sched.InterleaveHigh); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.SetReadDeadline(0)
+	readAll(t, s, func(*trace.Event) {})
+	st := s.Stats()
+	equalRuns(t, "A", runs(st, pids[0]), [][2]uint64{{10, 1010}, {2130, 3000}})
+	equalRuns(t, "B", runs(st, pids[1]), nil)
+	equalRuns(t, "C", runs(st, pids[2]), [][2]uint64{{1070, 2070}})
+}
+
 func TestSuspendResumeAndGate(t *testing.T) {
 	s, pids := mustSim(t, &Options{Observe: true, ContextSwitch: 10 * time.Microsecond, Preemption: 20 * time.Microsecond},
 		Process{Name: "be", Program: kernels(3000 * us)})
