@@ -86,10 +86,12 @@ func placeFilters(shape []segment) int {
 }
 
 // filterBit is where the end of a kernel w ns of work into a burst goes
-// in a filter of 1<<fLog bits: its word and its bit.
-func filterBit(w uint64, fLog int) (word int, bit uint64) {
-	h := (w * filterMul) >> (64 - fLog)
-	return int(h >> 6), 1 << (h & 63)
+// in a filter of mask+1 words (a power of two): its word and its bit,
+// from the high bits of a multiplicative hash (fixed shifts: cheaper than
+// the top log2 bits of the filter).
+func filterBit(w, mask uint64) (word int, bit uint64) {
+	h := w * filterMul
+	return int(h >> 32 & mask), 1 << (h >> 58)
 }
 
 // seedFunc seeds a generator for a key's draws.
@@ -202,21 +204,38 @@ func (k *keyed) draw() {
 	clear(k.filt)
 	k.seed(&k.g, k.key, k.check)
 	k.drawMarked(k.full)
-	for i, s := range k.shape {
+	for i := range k.shape {
+		s := &k.shape[i]
 		v := k.full[s.off]
 		if s.burst {
-			v = 0
-			for _, d := range k.full[s.off : s.off+s.n-1] {
-				v += d
-				if s.fLog > 0 {
-					j, b := filterBit(v, s.fLog)
-					k.filt[s.fOff+j] |= b
-				}
+			var filt []uint64
+			if s.fLog > 0 {
+				filt = k.filt[s.fOff : s.fOff+1<<(s.fLog-6)]
 			}
-			v += k.full[s.off+s.n-1]
+			v = sumEnds(k.full[s.off:s.off+s.n], filt, s.fLog)
 		}
 		k.sum[i] = v
 	}
+}
+
+// sumEnds returns the sum of a burst's durations, setting in filt, its
+// filter of 1<<fLog bits (none if fLog is 0), the bit of the end of every
+// kernel but the last (filterBit, written out for the loop).
+func sumEnds(durs, filt []uint64, fLog int) uint64 {
+	var v uint64
+	if fLog == 0 {
+		for _, d := range durs {
+			v += d
+		}
+		return v
+	}
+	mask := uint64(len(filt) - 1) // a power of two, less one
+	for _, d := range durs[:len(durs)-1] {
+		v += d
+		h := v * filterMul
+		filt[h>>32&mask] |= 1 << (h >> 58)
+	}
+	return v + durs[len(durs)-1]
 }
 
 // drawMarked draws the current key's values into vals (k.n of them),
@@ -371,7 +390,7 @@ func (b *keyedBurst) MayEnd(w uint64) bool {
 	if s.fLog == 0 || k.filt == nil {
 		return true
 	}
-	j, bit := filterBit(w, s.fLog)
+	j, bit := filterBit(w, 1<<(s.fLog-6)-1)
 	return k.filt[s.fOff+j]&bit != 0
 }
 

@@ -372,6 +372,7 @@ func (s *sampler) drawInto(g *gen, buf []uint64) {
 	}
 	q := s.q
 	var us [64]uint64
+	var edges [64]uint8 // the draws of a batch in an outer bin
 	for len(buf) > 0 {
 		n := min(len(buf), len(us))
 		st := g.s // gen.Uint64 written out, its state kept in a register
@@ -380,15 +381,31 @@ func (s *sampler) drawInto(g *gen, buf []uint64) {
 			us[i] = mix(st)
 		}
 		g.s = st
+		out := buf[:n]
+		if !s.inner {
+			for i, u := range us[:n] {
+				out[i] = s.bound(q.at(u))
+			}
+			buf = buf[n:]
+			continue
+		}
+		// at, inlined, with nothing to bound (see inner), and no call in
+		// the loop: draws in an outer bin are computed after it.
+		ne := 0
 		for i, u := range us[:n] {
-			if j := u >> (64 - quantileBits); j-quantileEdge < quantileN-2*quantileEdge && s.inner {
-				// at, inlined, with nothing to bound (see inner).
-				f := float64(u<<quantileBits>>quantileBits) * quantileFrac
-				a := q.v[j]
-				buf[i] = uint64(a + f*(q.v[j+1]-a) + 0.5)
+			j := u >> (64 - quantileBits)
+			if j-quantileEdge >= quantileN-2*quantileEdge {
+				edges[ne&63] = uint8(i)
+				ne++
 				continue
 			}
-			buf[i] = s.bound(q.at(u))
+			f := float64(u<<quantileBits>>quantileBits) * quantileFrac
+			a := q.v[j]
+			// As uint64(x), for x in [0.5, maxDuration], in one instruction.
+			out[i] = uint64(int64(a + f*(q.v[j+1]-a) + 0.5))
+		}
+		for _, i := range edges[:ne] {
+			out[i] = s.bound(q.at(us[i]))
 		}
 		buf = buf[n:]
 	}
