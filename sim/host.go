@@ -398,18 +398,19 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 		}
 		switch op.Kind {
 		case OpKernel:
-			it := item{kind: OpKernel, n: 1, dur: op.Dur}
+			// The item's fields are written into the stream in place: an
+			// item built aside and copied in costs more than the rest.
+			k, dur, lazy := uint32(1), op.Dur, Burst(nil)
 			switch {
 			case op.Durs != nil:
-				it.durs, it.n, it.dur = op.Durs, uint32(len(op.Durs)), 0
+				k, dur = uint32(len(op.Durs)), 0
 				for _, d := range op.Durs {
 					if d == 0 {
-						it.dur = 0
+						dur = 0
 						break
 					}
-					it.dur += d
+					dur += d
 				}
-				it.kend = op.Durs[0]
 				n += len(op.Durs)
 			case op.Burst != nil:
 				if op.Count == 0 {
@@ -417,11 +418,11 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 					return
 				}
 				if op.Count > 1 {
-					it.n, it.lazy = op.Count, op.Burst
+					k, lazy = op.Count, op.Burst
 				}
 				n += int(op.Count)
 			}
-			if it.dur == 0 {
+			if dur == 0 {
 				s.fail(fmt.Errorf("process %s at %v: zero-length kernel", p.name, time.Duration(now)))
 				return
 			}
@@ -429,16 +430,24 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 				p.pending, p.hasPend, p.host = *op, true, hostGated
 				return
 			}
-			s.emitLaunch(p, now, it.n)
-			it.left = it.dur
-			s.enqueue(p, it, now)
+			s.emitLaunch(p, now, k)
+			if it := s.push(p, k, now); it != nil {
+				it.kind, it.n, it.dur, it.left, it.lazy = OpKernel, k, dur, dur, lazy
+				if op.Durs != nil {
+					it.durs, it.kend = op.Durs, op.Durs[0]
+				}
+				s.enqueued(p, now)
+			}
 		case OpCopy:
 			d := op.Dur
 			if d == 0 {
 				d = s.cfg.copyLatency + uint64(float64(op.Bytes)/s.cfg.copyBW*1e9) // as Options.CopyDuration
 			}
 			s.emitCopy(p, now, op)
-			s.enqueue(p, item{kind: OpCopy, n: 1, dur: d, dir: op.Dir}, now)
+			if q := s.push(p, 1, now); q != nil {
+				q.kind, q.n, q.dur, q.dir = OpCopy, 1, d, op.Dir
+				s.enqueued(p, now)
+			}
 		case OpSync, OpEnd:
 			p.syncStart, p.syncEnd = now, op.Kind == OpEnd
 			if op.Kind == OpEnd && !p.inReq {
@@ -507,15 +516,24 @@ func (s *Simulator) completeSync(p *proc, now uint64) {
 	}
 }
 
-// enqueue appends an operation to p's stream.
-func (s *Simulator) enqueue(p *proc, it item, now uint64) {
-	if p.ops+int(it.n) > s.cfg.maxStreamOps {
+// push appends a zero item to p's stream for the caller to write, then
+// to hand to enqueued; nil (the run failed) past the bound on a stream's
+// operations.
+func (s *Simulator) push(p *proc, n uint32, now uint64) *item {
+	if p.ops+int(n) > s.cfg.maxStreamOps {
 		s.fail(fmt.Errorf("process %s at %v: %d operations queued on its stream (bound %d): the GPU cannot keep up with it",
 			p.name, time.Duration(now), p.ops, s.cfg.maxStreamOps))
-		return
+		return nil
 	}
-	wasEmpty := p.empty()
-	p.q = append(p.q, it)
+	p.q = append(p.q, item{})
+	return &p.q[len(p.q)-1]
+}
+
+// enqueued accounts for the item push added to p's stream, written since,
+// and hands it to its engine if it is the stream's head.
+func (s *Simulator) enqueued(p *proc, now uint64) {
+	it := &p.q[len(p.q)-1]
+	wasEmpty := len(p.q)-1 == p.qh
 	p.ops += int(it.n)
 	if it.kind == OpKernel {
 		p.kernels += int(it.n)
