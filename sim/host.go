@@ -353,7 +353,45 @@ func (p *proc) runnable() bool {
 
 // wakeAt schedules the host to run at t.
 func (s *Simulator) wakeAt(p *proc, t uint64) {
+	if s.soon == p {
+		s.soon = nil // replaced, as its event would be
+	}
 	s.schedule(p.src, t)
+}
+
+// wakeSoon wakes p's host at now, after the current event: through the
+// queue, or, where nothing could come between, directly at the end of
+// the step (runSoon). The synchronization a stream's last operation
+// ends is the commonest event after a kernel's end; this spares most of
+// them the queue. A run whose events a controller reads always goes
+// through the queue: the controller acts between two events.
+func (s *Simulator) wakeSoon(p *proc, now uint64) {
+	if s.cfg.observe || s.soon != nil || s.q.pending(p.src) {
+		s.wakeAt(p, now)
+		return
+	}
+	s.soon, s.soonSeq = p, s.q.next()
+}
+
+// runSoon wakes the host wakeSoon left for the end of the step, directly
+// if its event would be the next one taken (none pending is earlier, or
+// at now and scheduled before it), else through the queue with the
+// sequence number it took.
+func (s *Simulator) runSoon() {
+	p := s.soon
+	s.soon = nil
+	if s.err != nil {
+		return // the run stops: the event would not be taken
+	}
+	if s.q.len() > 0 {
+		if e := s.q.peek(); e.t < s.now || (e.t == s.now && e.seq < s.soonSeq) {
+			if s.room() {
+				s.q.set(p.src, s.now, s.soonSeq)
+			}
+			return
+		}
+	}
+	s.wakeHost(p, s.now)
 }
 
 // wakeHost resumes a blocked host if what it waits for has happened.
@@ -584,7 +622,7 @@ func (s *Simulator) popHead(p *proc, now uint64) {
 	}
 	if p.empty() {
 		if p.host == hostSync {
-			s.wakeAt(p, now)
+			s.wakeSoon(p, now)
 		}
 		return
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -10,11 +11,23 @@ import (
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
-// randomProgram issues a random mix of operations, with requests.
+// randomProgram issues a random mix of operations, with requests; with
+// coarse set, every duration a multiple of 100 µs, so that events meet at
+// the same instant.
 type randomProgram struct {
-	r     *rand.Rand
-	inReq bool
-	n     int
+	r      *rand.Rand
+	inReq  bool
+	n      int
+	coarse bool
+}
+
+// dur draws a duration in [1, most] ns (in [100 µs, most] if coarse).
+func (p *randomProgram) dur(most uint64) uint64 {
+	d := 1 + p.r.Uint64N(most)
+	if p.coarse {
+		d = max(d/(100*us), 1) * 100 * us
+	}
+	return d
 }
 
 func (p *randomProgram) Next(now uint64) (Op, error) {
@@ -28,11 +41,11 @@ func (p *randomProgram) Next(now uint64) (Op, error) {
 	}
 	switch k := p.r.IntN(10); {
 	case k < 3:
-		return Op{Kind: OpKernel, Dur: 1 + p.r.Uint64N(3000*us)}, nil
+		return Op{Kind: OpKernel, Dur: p.dur(3000 * us)}, nil
 	case k < 4:
 		durs := make([]uint64, 1+p.r.IntN(5))
 		for i := range durs {
-			durs[i] = 1 + p.r.Uint64N(500*us)
+			durs[i] = p.dur(500 * us)
 		}
 		return Op{Kind: OpKernel, Durs: durs}, nil
 	case k < 5:
@@ -40,7 +53,7 @@ func (p *randomProgram) Next(now uint64) (Op, error) {
 	case k < 6:
 		return Op{Kind: OpSync}, nil
 	case k < 7:
-		return Op{Kind: OpSleep, Dur: p.r.Uint64N(2000 * us)}, nil
+		return Op{Kind: OpSleep, Dur: p.dur(2000 * us)}, nil
 	case k < 8:
 		if p.inReq {
 			p.inReq = false
@@ -49,7 +62,7 @@ func (p *randomProgram) Next(now uint64) (Op, error) {
 		p.inReq = true
 		return Op{Kind: OpBegin, At: now}, nil
 	default:
-		return Op{Kind: OpWaitUntil, At: now + p.r.Uint64N(1000*us)}, nil
+		return Op{Kind: OpWaitUntil, At: now + p.dur(1000*us)}, nil
 	}
 }
 
@@ -153,6 +166,72 @@ func checkInvariants(t *testing.T, seed uint64, ctlSeed uint64) {
 		if want := [3]uint64{g.Busy, g.SwitchTime, g.PreemptTime}; sums[i] != want {
 			t.Errorf("gpu %d: timeline runs, switches and saves %v, want %v (busy, switching, saving)", i, sums[i], want)
 		}
+	}
+}
+
+// TestReadRunsAsRun: a run read event by event (Observe, as a controller
+// reads it, with no controller acting) does what the same run does
+// through Run, where a synchronization's end wakes its host without the
+// queue when nothing could come between; also where events meet at the
+// same instant.
+func TestReadRunsAsRun(t *testing.T) {
+	for seed := range uint64(40) {
+		r := rand.New(rand.NewPCG(seed, 3))
+		opts := Options{
+			GPUs: 1 + r.IntN(2), Mode: Mode(r.IntN(4)), Granularity: Granularity(r.IntN(3)),
+			Timeslice: time.Duration(1+r.IntN(20)) * 100 * time.Microsecond, TimelineWindow: time.Second,
+		}
+		n := 1 + r.IntN(5)
+		procs := func() []Process {
+			var ps []Process
+			for i := range n {
+				ps = append(ps, Process{Name: fmt.Sprint("p", i), Class: Class(i % 2), GPU: i % opts.GPUs,
+					Program: &randomProgram{r: rand.New(rand.NewPCG(seed, uint64(i))), coarse: seed%2 == 0}})
+			}
+			return ps
+		}
+		end := uint64(200 * time.Millisecond)
+		run := opts
+		s, _ := mustSim(t, &run, procs()...)
+		if err := s.Run(context.Background(), end); err != nil {
+			t.Fatal(err)
+		}
+		read := opts
+		read.Observe = true
+		o, _ := mustSim(t, &read, procs()...)
+		o.Start(end)
+		readAll(t, o, func(*trace.Event) {})
+		if got, want := describe(o.Stats()), describe(s.Stats()); got != want {
+			t.Fatalf("seed %d: read event by event:\n%s\nthrough Run:\n%s", seed, got, want)
+		}
+	}
+}
+
+// TestSyncWakeAfterOlderEvent: A's synchronization ends at 100 µs, the
+// instant B's sleep, scheduled before it, ends too: B's host goes first,
+// as through the queue, and its kernel takes the GPU before A's next one.
+func TestSyncWakeAfterOlderEvent(t *testing.T) {
+	procs := func() []Process {
+		return []Process{
+			{Name: "A", Program: &script{ops: []Op{{Kind: OpKernel, Dur: 80 * us}, {Kind: OpSync}, {Kind: OpKernel, Dur: 80 * us}, {Kind: OpSync}}}},
+			{Name: "B", Program: &script{ops: []Op{{Kind: OpSleep, Dur: 100 * us}, {Kind: OpKernel, Dur: 50 * us}, {Kind: OpSync}}}},
+		}
+	}
+	opts := Options{ContextSwitch: 20 * time.Microsecond}
+	s, pids := mustSim(t, &opts, procs()...)
+	if err := s.Run(context.Background(), uint64(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	equalRuns(t, "A", runs(st, pids[0]), [][2]uint64{{20, 100}, {190, 270}})
+	equalRuns(t, "B", runs(st, pids[1]), [][2]uint64{{120, 170}})
+	read := opts
+	read.Observe = true
+	o, _ := mustSim(t, &read, procs()...)
+	o.Start(uint64(time.Millisecond))
+	readAll(t, o, func(*trace.Event) {})
+	if got, want := describe(o.Stats()), describe(st); got != want {
+		t.Errorf("read event by event:\n%s\nthrough Run:\n%s", got, want)
 	}
 }
 

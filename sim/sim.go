@@ -86,6 +86,11 @@ type Simulator struct {
 	progress func(now uint64) // called by Read every progressEvery events
 	steps    uint             // events simulated by Read
 
+	// soon is a host to wake at the end of the step (wakeSoon), with the
+	// sequence number its event would have had.
+	soon    *proc
+	soonSeq uint64
+
 	controls []func()   // enforcement actions waiting for ControlLatency
 	ctlAt    []ctlEvent // when each is due
 	ctlHead  int
@@ -240,6 +245,9 @@ func (s *Simulator) step() bool {
 			s.q.set(s.ctlSrc, at.t, at.seq)
 		}
 		f()
+	}
+	if s.soon != nil {
+		s.runSoon()
 	}
 	return true
 }
