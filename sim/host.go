@@ -370,6 +370,10 @@ func (s *Simulator) wakeSoon(p *proc, now uint64) {
 		s.wakeAt(p, now)
 		return
 	}
+	// The bound on pending events, as schedule checks it.
+	if len(s.q.events)+len(s.controls) >= s.cfg.maxEvents && !s.room() {
+		return
+	}
 	s.soon, s.soonSeq = p, s.q.next()
 }
 
@@ -385,9 +389,7 @@ func (s *Simulator) runSoon() {
 	}
 	if s.q.len() > 0 {
 		if e := s.q.peek(); e.t < s.now || (e.t == s.now && e.seq < s.soonSeq) {
-			if s.room() {
-				s.q.set(p.src, s.now, s.soonSeq)
-			}
+			s.q.set(p.src, s.now, s.soonSeq) // room was checked in wakeSoon
 			return
 		}
 	}
@@ -598,8 +600,8 @@ func (s *Simulator) startHead(p *proc, now uint64) {
 }
 
 // popHead retires the stream's first operation and starts the next; a host
-// waiting for the stream to drain is woken (through the queue, so that it
-// runs after the current event's bookkeeping).
+// waiting for the stream to drain is woken after the current event's
+// bookkeeping (wakeSoon).
 func (s *Simulator) popHead(p *proc, now uint64) {
 	wasCopy := p.head().kind == OpCopy
 	p.ops -= int(p.head().n)

@@ -235,6 +235,38 @@ func TestSyncWakeAfterOlderEvent(t *testing.T) {
 	}
 }
 
+// TestSyncWakesInTurn: a host woken at the end of a step can release
+// another at the same instant (under spatial sharing its launch advances
+// the co-running kernels, and B's, rounded, has just ended): that host is
+// woken in the same step too, not at the next event (C's, at 17 µs) or
+// never (the run ends at 2 µs).
+func TestSyncWakesInTurn(t *testing.T) {
+	procs := func() []Process {
+		return []Process{
+			{Name: "A", Program: &script{ops: []Op{{Kind: OpCopy, Dur: 1701}, {Kind: OpSync}, {Kind: OpKernel, Dur: 100 * us}, {Kind: OpSync}}}},
+			{Name: "B", Program: &script{ops: []Op{{Kind: OpKernel, Dur: 1001}, {Kind: OpSync}, {Kind: OpKernel, Dur: 50 * us}, {Kind: OpSync}}}},
+			{Name: "C", Program: &script{ops: []Op{{Kind: OpKernel, Dur: 10 * us}, {Kind: OpSync}}}},
+		}
+	}
+	opts := Options{Mode: ModeSpatial}
+	s, _ := mustSim(t, &opts, procs()...)
+	if err := s.Run(context.Background(), 2000); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if b := st.Procs[1]; b.Syncs != 1 || b.KernelsSubmitted != 2 {
+		t.Errorf("B: %d syncs, %d kernels launched by 2 µs; want 1 and 2 (its second launched at 1701 ns)", b.Syncs, b.KernelsSubmitted)
+	}
+	read := opts
+	read.Observe = true
+	o, _ := mustSim(t, &read, procs()...)
+	o.Start(2000)
+	readAll(t, o, func(*trace.Event) {})
+	if got, want := describe(o.Stats()), describe(st); got != want {
+		t.Errorf("read event by event:\n%s\nthrough Run:\n%s", got, want)
+	}
+}
+
 func FuzzInvariants(f *testing.F) {
 	for i := range uint64(40) {
 		f.Add(i, i*7+1)

@@ -246,7 +246,9 @@ func (s *Simulator) step() bool {
 		}
 		f()
 	}
-	if s.soon != nil {
+	// A host woken directly can release another (a launch under spatial
+	// sharing completes others' kernels): each in turn.
+	for s.soon != nil {
 		s.runSoon()
 	}
 	return true
@@ -272,7 +274,7 @@ func (s *Simulator) schedule(i int32, t uint64) {
 	q := &s.q
 	// room's bound, tested first without a call: the actions queued are
 	// at least those pending.
-	if !q.pending(i) && len(q.events)+len(s.controls) >= s.cfg.maxEvents && !s.room() {
+	if !q.pending(i) && len(q.events)+len(s.controls)+s.soonN() >= s.cfg.maxEvents && !s.room() {
 		return
 	}
 	e := event{t: t, seq: q.next(), src: i}
@@ -283,11 +285,20 @@ func (s *Simulator) schedule(i int32, t uint64) {
 	q.setHeap(e)
 }
 
+// soonN counts the host wake left for the end of the step (wakeSoon), an
+// event pending as far as the bound goes.
+func (s *Simulator) soonN() int {
+	if s.soon != nil {
+		return 1
+	}
+	return 0
+}
+
 // room reports whether one more event may be pending, failing the run if
 // not. Events pending are one per source at most, plus the enforcement
 // actions waiting behind the oldest.
 func (s *Simulator) room() bool {
-	n := s.q.len()
+	n := s.q.len() + s.soonN()
 	if len(s.controls) > s.ctlHead {
 		n += len(s.controls) - s.ctlHead - 1
 	}

@@ -271,14 +271,21 @@ func TestCopiesAndInterleave(t *testing.T) {
 	}
 }
 
-// TestSuspendResumeAndGate drives the Enforcer through Read and deadlines.
 // TestSaveThenIdle: a group suspended mid-kernel, with no other group to
 // run, is saved, and the engine stays idle to the end of the run: the
-// save's time and segment count however the run ends.
+// save's time and segment count, whole when the run ends after it, in
+// part when it ends during it.
 func TestSaveThenIdle(t *testing.T) {
+	for _, end := range []uint64{5000 * us, 1012 * us} {
+		saveThenIdle(t, end)
+	}
+}
+
+func saveThenIdle(t *testing.T, end uint64) {
+	t.Helper()
 	s, pids := mustSim(t, &Options{Observe: true, ContextSwitch: 10 * time.Microsecond, Preemption: 20 * time.Microsecond},
 		Process{Name: "be", Program: kernels(3000 * us)})
-	s.Start(5000 * us)
+	s.Start(end)
 	var ev trace.Event
 	if err := s.SetReadDeadline(1000 * us); err != nil {
 		t.Fatal(err)
@@ -297,19 +304,21 @@ func TestSaveThenIdle(t *testing.T) {
 	readAll(t, s, func(*trace.Event) {})
 	st := s.Stats()
 	g := st.GPUs[0]
-	if g.Preemptions != 1 || g.PreemptTime != 20*us || g.SwitchTime != 10*us || g.Busy != 990*us {
-		t.Errorf("gpu stats %+v, want 1 preemption, 20µs saving, 10µs switching, 990µs busy", g)
+	saved := min(end, 1020*us) - 1000*us
+	if g.Preemptions != 1 || g.PreemptTime != saved || g.SwitchTime != 10*us || g.Busy != 990*us {
+		t.Errorf("end %v: gpu stats %+v, want 1 preemption, %v saving, 10µs switching, 990µs busy", time.Duration(end), g, time.Duration(saved))
 	}
 	want := []Segment{
 		{PID: pids[0], Kind: SegmentSwitch, Start: 0, End: 10 * us},
 		{PID: pids[0], Kind: SegmentRun, Start: 10 * us, End: 1000 * us},
-		{Kind: SegmentPreempt, Start: 1000 * us, End: 1020 * us},
+		{Kind: SegmentPreempt, Start: 1000 * us, End: 1000*us + saved},
 	}
 	if !slices.Equal(st.Timeline, want) {
-		t.Errorf("timeline %+v, want %+v", st.Timeline, want)
+		t.Errorf("end %v: timeline %+v, want %+v", time.Duration(end), st.Timeline, want)
 	}
 }
 
+// TestSuspendResumeAndGate drives the Enforcer through Read and deadlines.
 // TestInterleaveDuringSave: a runlist laid out again while a preempted
 // kernel is being saved is scanned from its start when the save ends,
 // as with no group chosen: C, raised to high, goes first, not B (the

@@ -83,6 +83,9 @@ type Stats struct {
 }
 
 // Stats returns the run's statistics so far (after Run: the final ones).
+// Mid-run, a save or a context switch that has ended counts (in time and
+// in the timeline) once the segment after it is recorded, and a switch
+// chosen to follow a save in progress counts already.
 func (s *Simulator) Stats() Stats {
 	st := Stats{End: s.now, Timeline: s.timeline, TimelineDropped: s.dropped}
 	for _, p := range s.procs {

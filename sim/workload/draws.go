@@ -15,14 +15,18 @@ import (
 // they need of it.
 //
 // What every run needs of a key is its summary: the total of each burst
-// of kernels, and each single draw. The first run to draw a key keeps it
-// in a table, until every run reading the stream has passed it, and the
-// others hand its bursts to the simulator by their totals
-// (sim.Op.Burst), whether they are close behind or far (a BE workload's
-// cycles drift apart from one baseline to the next by a quarter and
-// more where LC takes the GPU). Only if the simulator needs a burst's
-// kernels one by one (a preemption in the middle of it) are they drawn
-// again, as far as it needs them: from the nearest mark before the kernel
+// of kernels, and each single draw, with, per burst, a filter of the work
+// at which its kernels end (see placeFilters) and its marks. The first
+// run to draw a key keeps it in a table, until every run reading the
+// stream has passed it, and the others hand its bursts to the simulator
+// by their totals (sim.Op.Burst), whether they are close behind or far
+// (a BE workload's cycles drift apart from one baseline to the next by a
+// quarter and more where LC takes the GPU). A preemption in the middle
+// of a burst asks whether it falls between two kernels, which the filter
+// nearly always answers (sim.Burst.MayEnd); only if the simulator needs
+// the kernels one by one (the filter cannot say, or the preemption waits
+// for the kernel in flight) are they drawn again, as far as it needs
+// them: from the nearest mark before the kernel
 // in flight, where the summary keeps the generator and the work before
 // it, or, before the first mark, from the key's first draw, by each run
 // for itself. Neither the draws in full nor those drawn again are kept:

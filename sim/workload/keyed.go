@@ -56,10 +56,14 @@ func placeMarks(shape []segment, runs []drawRun) int {
 
 // filterBits is how many bits of a burst's filter each of its kernels
 // ends gets, at least: one bit set per end, a bit clear for 7 in 8 of the
-// works at which no kernel ends. filterMul hashes a work into the filter.
+// works at which no kernel ends. filterMaxLog caps a filter at 4,096 bits
+// (512 bytes a burst in every key's summary): a burst of more than 512
+// kernels gets fewer bits per end, and more answers that a kernel may
+// end where none does. filterMul hashes a work into the filter.
 const (
-	filterBits = 8
-	filterMul  = 0x9e3779b97f4a7c15
+	filterBits   = 8
+	filterMaxLog = 12
+	filterMul    = 0x9e3779b97f4a7c15
 )
 
 // placeFilters gives each burst of shape a filter of the work at which
@@ -67,7 +71,7 @@ const (
 // only by its total can tell that a preemption falls part way through a
 // kernel without drawing the kernels again, and returns the words of a
 // key's filters. A filter has 1<<fLog bits, a power of two at least
-// filterBits per end, 64 at least.
+// filterBits per end, 64 at least, 1<<filterMaxLog at most.
 func placeFilters(shape []segment) int {
 	words := 0
 	for i := range shape {
@@ -76,7 +80,7 @@ func placeFilters(shape []segment) int {
 			continue
 		}
 		s.fLog = 6
-		for 1<<s.fLog < filterBits*(s.n-1) {
+		for 1<<s.fLog < filterBits*(s.n-1) && s.fLog < filterMaxLog {
 			s.fLog++
 		}
 		s.fOff = words

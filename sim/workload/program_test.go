@@ -597,6 +597,34 @@ func TestSumTableFrees(t *testing.T) {
 // left, markEvery kernels apart at least, each inside its burst, and
 // short bursts and single draws none; a burst's run is the one that
 // draws it, also after a run of kernels synchronized one by one.
+// TestPlaceFilters: each burst of more than one kernel gets a filter of a
+// power of two bits, at least filterBits per end but the last and at
+// least one word, at most 1<<filterMaxLog, laid one after the other.
+func TestPlaceFilters(t *testing.T) {
+	shape := []segment{
+		{n: 1, burst: false}, {n: 1, burst: true}, {n: 2, burst: true}, {n: 9, burst: true},
+		{n: 10, burst: true}, {n: 300, burst: true}, {n: 100000, burst: true}, {n: 1},
+	}
+	wantLog := []int{0, 0, 6, 6, 7, 12, 12, 0}
+	words := placeFilters(shape)
+	off := 0
+	for i, s := range shape {
+		if s.fLog != wantLog[i] {
+			t.Errorf("segment %d (%d kernels): filter of 2^%d bits, want 2^%d", i, s.n, s.fLog, wantLog[i])
+		}
+		if s.fLog == 0 {
+			continue
+		}
+		if s.fOff != off {
+			t.Errorf("segment %d: filter at word %d, want %d", i, s.fOff, off)
+		}
+		off += 1 << (s.fLog - 6)
+	}
+	if words != off {
+		t.Errorf("%d words of filters, want %d", words, off)
+	}
+}
+
 func TestPlaceMarks(t *testing.T) {
 	for _, c := range []struct {
 		bursts []int // kernels per burst; 1: a single draw; -n: n single draws of one run
