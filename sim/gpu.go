@@ -4,7 +4,6 @@ import (
 	"math"
 
 	"github.com/gpu-arbiter/arbiter/sched"
-	"github.com/gpu-arbiter/arbiter/trace"
 )
 
 type gstate uint8
@@ -320,10 +319,9 @@ func (g *gpu) abortSwitch(now uint64) {
 
 // cutSwitch records the switch in progress as ending at now.
 func (g *gpu) cutSwitch(now uint64) {
+	g.swEnd = now
 	g.flushSave()
-	g.swPending = false
-	g.st.SwitchTime += now - g.swStart
-	g.record(SegmentSwitch, g.cur, g.swStart, now)
+	g.flushSwitch()
 }
 
 // plan schedules the next decision while running: the end of the head run
@@ -565,11 +563,7 @@ func (g *gpu) settle(now uint64) {
 // window, after the save and the switch before it.
 func (g *gpu) segment(kind SegmentKind, p *proc, now uint64) {
 	g.flushSave()
-	if g.swPending {
-		g.swPending = false
-		g.st.SwitchTime += g.swEnd - g.swStart
-		g.record(SegmentSwitch, g.cur, g.swStart, g.swEnd)
-	}
+	g.flushSwitch()
 	g.record(kind, p, g.segStart, now)
 }
 
@@ -580,6 +574,16 @@ func (g *gpu) flushSave() {
 		g.svPending = false
 		g.st.PreemptTime += g.saveEnd - g.svStart
 		g.record(SegmentPreempt, nil, g.svStart, g.saveEnd)
+	}
+}
+
+// flushSwitch records the last switch's time and timeline segment (cur
+// was switched in), if not yet recorded.
+func (g *gpu) flushSwitch() {
+	if g.swPending {
+		g.swPending = false
+		g.st.SwitchTime += g.swEnd - g.swStart
+		g.record(SegmentSwitch, g.cur, g.swStart, g.swEnd)
 	}
 }
 
@@ -598,114 +602,4 @@ func (g *gpu) record(kind SegmentKind, p *proc, start, end uint64) {
 		pid = p.pid
 	}
 	s.timeline = append(s.timeline, Segment{GPU: g.idx, PID: pid, Kind: kind, Start: start, End: min(end, s.cfg.window)})
-}
-
-// spatialAdvance progresses every co-running kernel to now.
-func (g *gpu) spatialAdvance(now uint64) {
-	k := len(g.running)
-	if now <= g.since {
-		return
-	}
-	el := now - g.since
-	g.since = now
-	if k == 0 {
-		return
-	}
-	g.st.Busy += el
-	work := uint64(math.Round(float64(el) / (1 + g.s.cfg.slowdown*float64(k-1))))
-	for _, p := range g.running {
-		// As in account: kernels of the head run that ended on the way are
-		// completed, the last one is left for spatialReplan.
-		w := work
-		for {
-			h := p.head()
-			x := min(w, h.left)
-			h.left -= x
-			p.runLeft -= x
-			p.st.GPUTime += x
-			w -= x
-			if w == 0 || h.left > 0 || !p.nextIsKernel() {
-				break
-			}
-			g.complete(p, now)
-		}
-	}
-}
-
-// spatialReplan completes finished kernels, recomputes the co-running set
-// and schedules the next change to it: the end of the first head run to
-// finish.
-func (g *gpu) spatialReplan(now uint64) {
-	g.spatialAdvance(now)
-	for _, p := range g.running {
-		if !p.empty() && p.head().kind == OpKernel && p.head().left == 0 {
-			g.complete(p, now)
-		}
-	}
-	for _, p := range g.running {
-		if !p.runnable() {
-			g.record(SegmentRun, p, p.coSince, now)
-			p.coRunning = false
-		}
-	}
-	g.running = g.running[:0]
-	for _, p := range g.procs {
-		if p.runnable() {
-			if !p.coRunning {
-				p.coRunning, p.coSince = true, now
-			}
-			g.running = append(g.running, p)
-		}
-	}
-	if len(g.running) == 0 {
-		return
-	}
-	rate := 1 / (1 + g.s.cfg.slowdown*float64(len(g.running)-1))
-	next := uint64(math.MaxUint64)
-	for _, p := range g.running {
-		next = min(next, uint64(math.Ceil(float64(p.runLeft)/rate)))
-	}
-	g.scheduleAt(now + max(next, 1))
-}
-
-// submitCopy queues p's head copy on its direction's copy engine.
-func (g *gpu) submitCopy(p *proc, now uint64) {
-	d := copyEngine(p.head().dir)
-	if g.copyCur[d] != nil {
-		g.copyQ[d] = append(g.copyQ[d], p)
-		return
-	}
-	g.startCopy(d, p, now)
-}
-
-func (g *gpu) startCopy(d int, p *proc, now uint64) {
-	g.copyCur[d] = p
-	dur := p.head().dur
-	g.st.CopyTime[d] += dur
-	g.s.schedule(g.copySrc[d], now+dur)
-}
-
-// copyDone retires the copy on engine d and starts the next one queued.
-func (g *gpu) copyDone(d int, now uint64) {
-	p := g.copyCur[d]
-	g.copyCur[d] = nil
-	if len(g.copyQ[d]) > 0 {
-		next := g.copyQ[d][0]
-		g.copyQ[d] = g.copyQ[d][1:]
-		g.startCopy(d, next, now)
-	}
-	p.st.Copies++
-	g.s.popHead(p, now)
-	if p.runnable() {
-		g.kick(p, now)
-	}
-}
-
-// copyEngine maps a direction to its engine: 0 host-to-device, 1
-// device-to-host.
-func copyEngine(d trace.CopyDir) int {
-	if d == trace.CopyDtoH {
-		return 1
-	}
-	return 0
 }
