@@ -26,15 +26,15 @@ import (
 // nearly always answers (sim.Burst.MayEnd); only if the simulator needs
 // the kernels one by one (the filter cannot say, or the preemption waits
 // for the kernel in flight) are they drawn again, as far as it needs
-// them: from the nearest mark before the kernel
-// in flight, where the summary keeps the generator and the work before
-// it, or, before the first mark, from the key's first draw, by each run
-// for itself. Neither the draws in full nor those drawn again are kept:
+// them: from the nearest mark before the kernel in flight, where the
+// summary keeps the generator and the work before it, or, before the
+// first mark, from the key's first draw, by each run for itself. Neither the draws in full nor those drawn again are kept:
 // a run drawing a few kernels again costs less than the memory, the
-// reads and the locks of sharing them (see docs/benchmarks.md). A simulation that finds no summary (it lags too
-// far, or ran alone) draws the key itself: the values are the same
-// either way, so sharing changes no result, only the work. Safe for
-// concurrent use; use NewDraws. One Draws serves one seed.
+// reads and the locks of sharing them (see docs/benchmarks.md). A
+// simulation that finds no summary (it lags too far, or ran alone) draws
+// the key itself: the values are the same either way, so sharing changes
+// no result, only the work. Safe for concurrent use; use NewDraws. One
+// Draws serves one seed.
 type Draws struct {
 	mu      sync.Mutex
 	streams map[streamKey]*drawStream

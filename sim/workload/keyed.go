@@ -124,10 +124,9 @@ type keyed struct {
 	// sum holds, per segment, a burst's total or the single draw (when
 	// shared), filt its bursts' filters (when shared: words of them,
 	// after sum in the summary), and mark the marks of its bursts with
-	// the summary; part
-	// holds the key's first draws, drawn again as far as the simulator
-	// asked for a burst's kernels before its first mark (valid while
-	// parted is set), and pg where they left the generator.
+	// the summary; part holds the key's first draws, drawn again as far
+	// as the simulator asked for a burst's kernels before its first mark
+	// (valid while parted is set), and pg where they left the generator.
 	full, sum, filt []uint64
 	words           int
 	mark            []mark
