@@ -289,6 +289,22 @@ func (e *Engine) Run(ctx context.Context) (err error) {
 	}
 }
 
+// Drain applies, after Run returned and the source was closed, the
+// events the source still returns (a closed reader hands back what it had
+// read ahead, then an error), so that a trace stopped by Ctrl-C or its
+// duration counts them too. As Run does, it then undoes whatever they
+// led to and publishes the snapshot, which counts them: Apply alone
+// leaves the snapshot to the next control period.
+func (e *Engine) Drain() error {
+	var ev trace.Event
+	for e.src.Read(&ev) == nil {
+		e.Apply(&ev)
+	}
+	err := e.ReleaseAll()
+	e.publish()
+	return err
+}
+
 // Apply applies one event: the fast path. Run calls it; benchmarks and
 // tests may call it directly on the goroutine that owns the engine.
 func (e *Engine) Apply(ev *trace.Event) {

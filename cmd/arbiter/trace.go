@@ -291,7 +291,10 @@ func runTrace(ctx context.Context, o *traceOptions, stdin io.Reader, stdout, std
 	}
 	closeErr := src.Close()
 	if obs.err == nil {
-		drainInto(eng, src)
+		// What the reader had taken is still shown, and counted.
+		if err := eng.Drain(); err != nil && runErr == nil {
+			runErr = err
+		}
 	}
 	if o.ranOn != nil {
 		o.ranOn(eng)

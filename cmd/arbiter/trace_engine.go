@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/trace"
 )
 
@@ -98,16 +97,6 @@ func (o *traceObserver) fail(err error) {
 	if err != nil && o.err == nil {
 		o.err = err
 		o.stop()
-	}
-}
-
-// drainInto applies, after the engine's Run returned and its source was
-// closed, the events the source had already read: a trace stopped by
-// Ctrl-C or --duration still shows them. src returns them, then an error.
-func drainInto(e *engine.Engine, src engine.Source) {
-	var ev trace.Event
-	for src.Read(&ev) == nil {
-		e.Apply(&ev)
 	}
 }
 
