@@ -20,30 +20,69 @@ func (s *Simulator) lookup(pid uint32, gpu int, what string) (*proc, error) {
 	return p, nil
 }
 
+// action is an enforcement action: what, to which process, and the new
+// timeslice (ns) or interleave level. Actions waiting for ControlLatency
+// are values, not closures: a closed loop issues millions an hour.
+type action struct {
+	kind   actionKind
+	p      *proc
+	arg    uint64
+	t, seq uint64 // when it is due, and its order among all events
+}
+
+// actionKind says what an action does.
+type actionKind uint8
+
+const (
+	actSuspend actionKind = iota
+	actResume
+	actTimeslice
+	actInterleave
+)
+
 // control applies an enforcement action now, or after ControlLatency.
 // Actions of equal latency keep their call order. With a latency the
 // engine.Enforcer postcondition holds that long after the call, as if the
 // call had blocked that long in the driver (the real controls do block);
 // the controller itself is not held up.
-func (s *Simulator) control(f func()) error {
+func (s *Simulator) control(a action) error {
 	if s.cfg.controlLatency == 0 {
-		f()
+		s.apply(&a)
 		return s.err
 	}
 	if !s.room() {
 		return s.err
 	}
-	at := ctlEvent{t: s.now + s.cfg.controlLatency, seq: s.q.next()}
-	s.controls, s.ctlAt = append(s.controls, f), append(s.ctlAt, at)
+	a.t, a.seq = s.now+s.cfg.controlLatency, s.q.next()
+	s.controls = append(s.controls, a)
 	if len(s.controls)-s.ctlHead == 1 {
-		s.q.set(s.ctlSrc, at.t, at.seq)
+		s.q.set(s.ctlSrc, a.t, a.seq)
 	}
 	return s.err
 }
 
-// ctlEvent is when a waiting enforcement action is due: its time and
-// the order it was scheduled in, among all events.
-type ctlEvent struct{ t, seq uint64 }
+// apply carries out an action at the current time.
+func (s *Simulator) apply(a *action) {
+	p := a.p
+	g := s.gpus[p.gpu]
+	switch a.kind {
+	case actSuspend:
+		g.suspend(p, s.now)
+	case actResume:
+		g.resume(p, s.now)
+	case actTimeslice:
+		p.timeslice = a.arg
+		if g.cur == p && g.state == gRun && !g.drain && s.cfg.mode != ModeSpatial {
+			g.account(s.now)
+			g.plan(s.now)
+		}
+	case actInterleave:
+		if l := sched.Interleave(a.arg); p.interleave != l {
+			p.interleave = l
+			g.relayout(s.now)
+		}
+	}
+}
 
 // SetTimeslice sets pid's channel-group timeslice; it applies from the
 // current slice on: a group on the engine keeps its slice's start, and its
@@ -58,14 +97,7 @@ func (s *Simulator) SetTimeslice(pid uint32, gpu int, us uint64) error {
 	if err != nil {
 		return err
 	}
-	return s.control(func() {
-		p.timeslice = us * 1000
-		g := s.gpus[p.gpu]
-		if g.cur == p && g.state == gRun && !g.drain && s.cfg.mode != ModeSpatial {
-			g.account(s.now)
-			g.plan(s.now)
-		}
-	})
+	return s.control(action{kind: actTimeslice, p: p, arg: us * 1000})
 }
 
 // SetInterleave sets pid's interleave level and rebuilds its GPU's runlist.
@@ -77,12 +109,7 @@ func (s *Simulator) SetInterleave(pid uint32, level sched.Interleave) error {
 	if err != nil {
 		return err
 	}
-	return s.control(func() {
-		if p.interleave != level {
-			p.interleave = level
-			s.gpus[p.gpu].relayout(s.now)
-		}
-	})
+	return s.control(action{kind: actInterleave, p: p, arg: uint64(level)})
 }
 
 // Suspend takes pid's channel group off gpu's runlist, preempting its
@@ -93,7 +120,7 @@ func (s *Simulator) Suspend(pid uint32, gpu int) error {
 	if err != nil {
 		return err
 	}
-	return s.control(func() { s.gpus[p.gpu].suspend(p, s.now) })
+	return s.control(action{kind: actSuspend, p: p})
 }
 
 // Resume puts pid's channel group back on gpu's runlist.
@@ -102,7 +129,7 @@ func (s *Simulator) Resume(pid uint32, gpu int) error {
 	if err != nil {
 		return err
 	}
-	return s.control(func() { s.gpus[p.gpu].resume(p, s.now) })
+	return s.control(action{kind: actResume, p: p})
 }
 
 // Gate stops pid's host at its next kernel launch; work already queued

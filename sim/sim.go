@@ -91,8 +91,7 @@ type Simulator struct {
 	soon    *proc
 	soonSeq uint64
 
-	controls []func()   // enforcement actions waiting for ControlLatency
-	ctlAt    []ctlEvent // when each is due
+	controls []action // enforcement actions waiting for ControlLatency
 	ctlHead  int
 	ctlSrc   int32 // the event source of the oldest
 }
@@ -235,16 +234,15 @@ func (s *Simulator) step() bool {
 	case evHost:
 		s.wakeHost(s.procs[id], s.now)
 	case evControl:
-		f := s.controls[s.ctlHead]
-		s.controls[s.ctlHead] = nil
+		a := s.controls[s.ctlHead]
 		s.ctlHead++
 		if s.ctlHead == len(s.controls) {
-			s.controls, s.ctlAt, s.ctlHead = s.controls[:0], s.ctlAt[:0], 0
+			s.controls, s.ctlHead = s.controls[:0], 0
 		} else {
-			at := s.ctlAt[s.ctlHead]
-			s.q.set(s.ctlSrc, at.t, at.seq)
+			next := &s.controls[s.ctlHead]
+			s.q.set(s.ctlSrc, next.t, next.seq)
 		}
-		f()
+		s.apply(&a)
 	}
 	// A host woken directly can release another (a launch under spatial
 	// sharing completes others' kernels): each in turn.

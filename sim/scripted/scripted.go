@@ -7,6 +7,7 @@
 package scripted
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -75,10 +76,10 @@ type Controller struct {
 	enf   engine.Enforcer
 	opts  Options
 	procs map[uint32]*state
-	last  *state           // the process of the previous event (events come in runs)
-	gpus  map[int][]uint32 // BE pids per GPU, ascending
-	busy  map[int]int      // active LC processes per GPU
-	idle  idleQueue        // pending idle times of active LC processes
+	last  *state     // the process of the previous event (events come in runs)
+	be    [][]*state // BE processes per GPU index, by ascending pid
+	busy  []int      // active LC processes per GPU index
+	idle  idleQueue  // pending idle times of active LC processes
 	// deadline is the read deadline last set (0: none); changed says
 	// idle times may have changed since.
 	deadline uint64
@@ -99,7 +100,7 @@ type state struct {
 
 // New returns a controller for the given processes.
 func New(src engine.DeadlineSource, enf engine.Enforcer, procs []Process, opts *Options) (*Controller, error) {
-	c := &Controller{src: src, enf: enf, procs: map[uint32]*state{}, gpus: map[int][]uint32{}, busy: map[int]int{}}
+	c := &Controller{src: src, enf: enf, procs: map[uint32]*state{}}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -122,14 +123,21 @@ func New(src engine.DeadlineSource, enf engine.Enforcer, procs []Process, opts *
 		if _, dup := c.procs[p.PID]; dup {
 			return nil, fmt.Errorf("scripted controller: pid %d given twice", p.PID)
 		}
+		if p.GPU < 0 {
+			return nil, fmt.Errorf("scripted controller: pid %d on gpu %d", p.PID, p.GPU)
+		}
 		// Only a synchronization's return starts an idle gap: no timeout.
-		c.procs[p.PID] = &state{Process: p, req: trace.NewRequestTracker(c.opts.IdleGap, 0)}
+		st := &state{Process: p, req: trace.NewRequestTracker(c.opts.IdleGap, 0)}
+		c.procs[p.PID] = st
+		for len(c.be) <= p.GPU {
+			c.be, c.busy = append(c.be, nil), append(c.busy, 0)
+		}
 		if !p.LC {
-			c.gpus[p.GPU] = append(c.gpus[p.GPU], p.PID)
+			c.be[p.GPU] = append(c.be[p.GPU], st)
 		}
 	}
-	for _, pids := range c.gpus {
-		slices.Sort(pids)
+	for _, be := range c.be {
+		slices.SortFunc(be, func(a, b *state) int { return cmp.Compare(a.PID, b.PID) })
 	}
 	return c, nil
 }
@@ -302,22 +310,22 @@ func (c *Controller) expire(now uint64) error {
 }
 
 func (c *Controller) suspendBE(gpu int) error {
-	for _, pid := range c.gpus[gpu] {
-		if err := c.enf.Suspend(pid, gpu); err != nil {
-			return fmt.Errorf("suspend pid %d: %w", pid, err)
+	for _, p := range c.be[gpu] {
+		if err := c.enf.Suspend(p.PID, gpu); err != nil {
+			return fmt.Errorf("suspend pid %d: %w", p.PID, err)
 		}
-		c.procs[pid].suspended = true
+		p.suspended = true
 		c.st.Suspends++
 	}
 	return nil
 }
 
 func (c *Controller) resumeBE(gpu int) error {
-	for _, pid := range c.gpus[gpu] {
-		if err := c.enf.Resume(pid, gpu); err != nil {
-			return fmt.Errorf("resume pid %d: %w", pid, err)
+	for _, p := range c.be[gpu] {
+		if err := c.enf.Resume(p.PID, gpu); err != nil {
+			return fmt.Errorf("resume pid %d: %w", p.PID, err)
 		}
-		c.procs[pid].suspended = false
+		p.suspended = false
 		c.st.Resumes++
 	}
 	return nil

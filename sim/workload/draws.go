@@ -91,6 +91,10 @@ type sumTable struct {
 	mu      sync.Mutex
 	chunks  map[uint64]*sumChunk // by key / sumChunkKeys
 	readers []*sumReader
+	// spare holds chunks every reader had passed, to be used again: a
+	// table keeps only a window of a stream's keys, and an hour of one
+	// draws thousands of chunks.
+	spare []*sumChunk
 }
 
 // sumChunk holds the summaries of sumChunkKeys consecutive keys. A slot
@@ -149,7 +153,7 @@ func (r *sumReader) chunk(key uint64, create bool) *sumChunk {
 	defer t.mu.Unlock()
 	c := t.chunks[n]
 	if c == nil && create {
-		c = &sumChunk{vals: make([]uint64, sumChunkKeys*(1+t.width)), marks: make([]mark, sumChunkKeys*t.marks)}
+		c = t.newChunk()
 		t.chunks[n] = c
 	}
 	r.c = c
@@ -167,9 +171,12 @@ func (t *sumTable) free() {
 	for _, r := range t.readers[1:] {
 		low = min(low, r.at)
 	}
-	for n := range t.chunks {
+	for n, c := range t.chunks {
 		if n < low {
+			// No reader holds it (each holds the chunk it reads, at
+			// or past low), nor will again: keys are read in order.
 			delete(t.chunks, n)
+			t.spare = append(t.spare, c)
 		}
 	}
 	for len(t.chunks) > sumMaxChunks {
@@ -179,6 +186,21 @@ func (t *sumTable) free() {
 		}
 		delete(t.chunks, oldest)
 	}
+}
+
+// newChunk returns an empty chunk, a spare one if there is one; the
+// caller holds mu. Only the slots' states are cleared: a slot's values
+// are read once its state says they were written.
+func (t *sumTable) newChunk() *sumChunk {
+	if n := len(t.spare); n > 0 {
+		c := t.spare[n-1]
+		t.spare = t.spare[:n-1]
+		for i := range c.state {
+			c.state[i].Store(slotEmpty)
+		}
+		return c
+	}
+	return &sumChunk{vals: make([]uint64, sumChunkKeys*(1+t.width)), marks: make([]mark, sumChunkKeys*t.marks)}
 }
 
 // get returns the summary (width values) and the marks of key if kept

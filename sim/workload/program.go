@@ -360,9 +360,9 @@ func (s *sampler) bound(v float64) uint64 {
 
 // drawInto fills buf with draws from g, the same values in the same order
 // as calling draw for each. Log-normal draws, nearly all of a run's, are
-// taken a batch at a time with the generator and the table lookup
-// inlined: a batch's draws do not depend on one another, so the processor
-// overlaps them instead of waiting for each.
+// taken with the generator and the table lookup inlined, and no call in
+// the loop: a draw in an outer bin keeps its uniform in place and is
+// computed after its batch of 64.
 func (s *sampler) drawInto(g *gen, buf []uint64) {
 	if s.kind != distLognormal {
 		for i := range buf {
@@ -371,30 +371,25 @@ func (s *sampler) drawInto(g *gen, buf []uint64) {
 		return
 	}
 	q := s.q
-	var us [64]uint64
 	var edges [64]uint8 // the draws of a batch in an outer bin
 	for len(buf) > 0 {
-		n := min(len(buf), len(us))
-		st := g.s // gen.Uint64 written out, its state kept in a register
-		for i := range n {
-			st += genGamma
-			us[i] = mix(st)
-		}
-		g.s = st
-		out := buf[:n]
+		out := buf[:min(len(buf), len(edges))]
+		buf = buf[len(out):]
 		if !s.inner {
-			for i, u := range us[:n] {
-				out[i] = s.bound(q.at(u))
+			for i := range out {
+				out[i] = s.bound(q.at(g.Uint64()))
 			}
-			buf = buf[n:]
 			continue
 		}
-		// at, inlined, with nothing to bound (see inner), and no call in
-		// the loop: draws in an outer bin are computed after it.
-		ne := 0
-		for i, u := range us[:n] {
+		// at, inlined, with nothing to bound (see inner); gen.Uint64
+		// written out, its state kept in a register.
+		st, ne := g.s, 0
+		for i := range out {
+			st += genGamma
+			u := mix(st)
 			j := u >> (64 - quantileBits)
 			if j-quantileEdge >= quantileN-2*quantileEdge {
+				out[i] = u
 				edges[ne&63] = uint8(i)
 				ne++
 				continue
@@ -404,10 +399,10 @@ func (s *sampler) drawInto(g *gen, buf []uint64) {
 			// As uint64(x), for x in [0.5, maxDuration], in one instruction.
 			out[i] = uint64(int64(a + f*(q.v[j+1]-a) + 0.5))
 		}
+		g.s = st
 		for _, i := range edges[:ne] {
-			out[i] = s.bound(q.at(us[i]))
+			out[i] = s.bound(q.at(out[i]))
 		}
-		buf = buf[n:]
 	}
 }
 
