@@ -9,7 +9,7 @@ import (
 // TestQuantileTable: a log-normal draw, at the probability its 64 bits
 // stand for, lies where the exact log-normal CDF puts that probability,
 // within 2·10^-6 of probability in the interpolated bins and
-// to rounding in the computed bins at each end (probed down to 1e-18 on
+// within 10^-12 of it in the computed bins at each end (probed down to 1e-18 on
 // either side, and across p = 1e-10, where the first guess of the normal
 // quantile changes), for shapes from nearly constant to
 // heavy-tailed; and the table's values rise with the draw, so that the
