@@ -289,10 +289,14 @@ type proc struct {
 	timeslice  uint64
 	interleave sched.Interleave
 
-	q       []item
-	qh      int
-	kernels int // kernels queued on the stream (running one included)
-	ops     int // operations queued: kernels and copies
+	q  []item
+	qh int
+	// kernelAt is set while the stream's head is a kernel: what runnable
+	// asks of every group on a GPU at each decision, kept here so that it
+	// does not read the head of streams it leaves alone.
+	kernelAt bool
+	kernels  int // kernels queued on the stream (running one included)
+	ops      int // operations queued: kernels and copies
 	// The head run is the kernels from the head of the stream up to its
 	// first copy: the compute engine runs them back to back without a
 	// decision in between unless something else happens, so it schedules
@@ -348,7 +352,7 @@ func (p *proc) nextIsKernel() bool {
 // runnable reports whether the channel group has a kernel ready for the
 // compute engine.
 func (p *proc) runnable() bool {
-	return !p.suspended && p.qh < len(p.q) && p.q[p.qh].kind == OpKernel
+	return !p.suspended && p.kernelAt
 }
 
 // wakeAt schedules the host to run at t.
@@ -585,6 +589,7 @@ func (s *Simulator) enqueued(p *proc, now uint64) {
 		p.copyAt = len(p.q) - 1
 	}
 	if wasEmpty {
+		p.kernelAt = it.kind == OpKernel
 		s.startHead(p, now)
 	}
 }
@@ -619,6 +624,7 @@ func (s *Simulator) popHead(p *proc, now uint64) {
 		}
 		p.qh = 0
 	}
+	p.kernelAt = !p.empty() && p.head().kind == OpKernel
 	if wasCopy {
 		p.nextRun()
 	}

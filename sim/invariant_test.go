@@ -99,6 +99,12 @@ func checkInvariants(t *testing.T, seed uint64, ctlSeed uint64) {
 			}
 			t.Fatal(err)
 		}
+		// Each stream's cached head: whether a kernel is first.
+		for _, p := range s.procs {
+			if want := p.qh < len(p.q) && p.q[p.qh].kind == OpKernel; p.kernelAt != want {
+				t.Fatalf("%s at %d: kernel at the head %v, the stream says %v", p.name, s.now, p.kernelAt, want)
+			}
+		}
 		// A random controller.
 		pid := uint32(FirstPID + r.IntN(n))
 		gpu := s.procs[pid-FirstPID].gpu
