@@ -124,7 +124,7 @@ func New(src engine.DeadlineSource, enf engine.Enforcer, procs []Process, opts *
 			return nil, fmt.Errorf("scripted controller: pid %d given twice", p.PID)
 		}
 		if p.GPU < 0 {
-			return nil, fmt.Errorf("scripted controller: pid %d on gpu %d", p.PID, p.GPU)
+			return nil, fmt.Errorf("scripted controller: pid %d on gpu %d: GPU indices start at 0", p.PID, p.GPU)
 		}
 		// Only a synchronization's return starts an idle gap: no timeout.
 		st := &state{Process: p, req: trace.NewRequestTracker(c.opts.IdleGap, 0)}

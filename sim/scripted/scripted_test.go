@@ -2,6 +2,7 @@ package scripted
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,6 +159,11 @@ func TestBadOptions(t *testing.T) {
 	}
 	if _, err := New(s, s, procs, &Options{IdleGap: -1}); err == nil {
 		t.Error("negative gap accepted")
+	}
+	bad := append([]Process(nil), procs...)
+	bad[0].GPU = -1
+	if _, err := New(s, s, bad, nil); err == nil || !strings.Contains(err.Error(), "gpu -1") {
+		t.Errorf("negative gpu: %v", err)
 	}
 }
 
