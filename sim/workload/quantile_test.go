@@ -8,12 +8,12 @@ import (
 
 // TestQuantileTable: a log-normal draw, at the probability its 64 bits
 // stand for, lies where the exact log-normal CDF puts that probability,
-// within 2·10^-6 of probability in the interpolated bins and
-// within 10^-12 of it in the computed bins at each end (probed down to 1e-18 on
+// within 2·10^-6 of probability in the interpolated bins and within
+// 10^-12 of it in the computed bins at each end (probed down to 1e-18 on
 // either side, and across p = 1e-10, where the first guess of the normal
-// quantile changes), for shapes from nearly constant to
-// heavy-tailed; and the table's values rise with the draw, so that the
-// drawn distribution is a distribution.
+// quantile changes), for shapes from nearly constant to heavy-tailed; and
+// the table's values rise with the draw, so that the drawn distribution
+// is a distribution.
 func TestQuantileTable(t *testing.T) {
 	// The probability a draw stands for, and the log-normal's
 	// probability of a value at most v, each on the side of 1/2 where it
