@@ -360,9 +360,12 @@ func (s *sampler) bound(v float64) uint64 {
 
 // drawInto fills buf with draws from g, the same values in the same order
 // as calling draw for each. Log-normal draws, nearly all of a run's, are
-// taken with the generator and the table lookup inlined, and no call in
-// the loop: a draw in an outer bin keeps its uniform in place and is
-// computed after its batch of 64.
+// taken in batches of 64 by two loops in functions of their own, the
+// generator's output (fillUniform), then the table lookup (interpolate),
+// with no call in either: apart, each keeps its values in registers
+// (written out in drawInto, the mixer's state went through the stack at
+// every step). A draw in an outer bin keeps its uniform in place and is
+// computed after its batch.
 func (s *sampler) drawInto(g *gen, buf []uint64) {
 	if s.kind != distLognormal {
 		for i := range buf {
@@ -381,29 +384,46 @@ func (s *sampler) drawInto(g *gen, buf []uint64) {
 			}
 			continue
 		}
-		// at, inlined, with nothing to bound (see inner); gen.Uint64
-		// written out, its state kept in a register.
-		st, ne := g.s, 0
-		for i := range out {
-			st += genGamma
-			u := mix(st)
-			j := u >> (64 - quantileBits)
-			if j-quantileEdge >= quantileN-2*quantileEdge {
-				out[i] = u
-				edges[ne&63] = uint8(i)
-				ne++
-				continue
-			}
-			f := float64(u<<quantileBits>>quantileBits) * quantileFrac
-			a := q.v[j]
-			// As uint64(x), for x in [0.5, maxDuration], in one instruction.
-			out[i] = uint64(int64(a + f*(q.v[j+1]-a) + 0.5))
-		}
-		g.s = st
-		for _, i := range edges[:ne] {
+		g.s = fillUniform(out, g.s)
+		for _, i := range edges[:interpolate(out, &q.v, &edges)] {
 			out[i] = s.bound(q.at(out[i]))
 		}
 	}
+}
+
+// fillUniform writes the generator's next len(out) outputs from state st
+// (gen.Uint64, written out) and returns the state after them.
+//
+//go:noinline
+func fillUniform(out []uint64, st uint64) uint64 {
+	for i := range out {
+		st += genGamma
+		out[i] = mix(st)
+	}
+	return st
+}
+
+// interpolate replaces each uniform of out (at most 64) in an inner bin
+// by its quantile from v (logNormalTable.at, inlined, with nothing to
+// bound: see sampler.inner), and lists in edges those in an outer bin,
+// left in place; it returns how many it listed.
+//
+//go:noinline
+func interpolate(out []uint64, v *[quantileN + 1]float64, edges *[64]uint8) int {
+	ne := 0
+	for i, u := range out {
+		j := u >> (64 - quantileBits)
+		if j-quantileEdge >= quantileN-2*quantileEdge {
+			edges[ne&63] = uint8(i)
+			ne++
+			continue
+		}
+		f := float64(u<<quantileBits>>quantileBits) * quantileFrac
+		a := v[j]
+		// As uint64(x), for x in [0.5, maxDuration], in one instruction.
+		out[i] = uint64(int64(a + f*(v[j+1]-a) + 0.5))
+	}
+	return ne
 }
 
 // arrivals generates arrival times in order.
