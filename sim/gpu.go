@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/gpu-arbiter/arbiter/sched"
 )
@@ -64,6 +65,15 @@ type gpu struct {
 	prio   bool
 	claims int
 
+	// Which groups are runnable, as bit masks, kept as they change
+	// (setReady), while the GPU has at most 64 groups and runlist entries
+	// (masks): ready by group (proc.bit), readyEntries by runlist entry
+	// (proc.entries); lc and lcEntries are the LC groups' bits. A
+	// decision then finds a group without reading each one's state.
+	masks               bool
+	ready, readyEntries uint64
+	lc, lcEntries       uint64
+
 	copyQ   [2][]*proc
 	copyCur [2]*proc
 	copySrc [2]int32 // event sources of the copies in flight
@@ -72,7 +82,7 @@ type gpu struct {
 }
 
 func newGPU(s *Simulator, idx int) *gpu {
-	g := &gpu{s: s, idx: idx, prio: s.cfg.mode == ModePriority || s.cfg.mode == ModeRequestPriority}
+	g := &gpu{s: s, idx: idx, prio: s.cfg.mode == ModePriority || s.cfg.mode == ModeRequestPriority, masks: true}
 	g.src = s.q.add(evGPU, int32(idx))
 	for d := range g.copySrc {
 		g.copySrc[d] = s.q.add(evCopy, int32(idx*2+d))
@@ -94,6 +104,44 @@ func entries(l sched.Interleave) int {
 func (g *gpu) addProc(p *proc) {
 	g.procs = append(g.procs, p)
 	g.buildRunlist()
+}
+
+// maxMasked is the most groups, and runlist entries, the masks cover.
+const maxMasked = 64
+
+// buildMasks sets each group's bits and the masks from the groups'
+// states, after the runlist was laid out.
+func (g *gpu) buildMasks() {
+	g.masks = len(g.procs) <= maxMasked && len(g.runlist) <= maxMasked
+	g.ready, g.readyEntries, g.lc, g.lcEntries = 0, 0, 0, 0
+	if !g.masks {
+		return
+	}
+	for i, p := range g.procs {
+		p.bit, p.entries = 1<<i, 0
+	}
+	for i, p := range g.runlist {
+		p.entries |= 1 << i
+	}
+	for _, p := range g.procs {
+		if p.class == ClassLC {
+			g.lc |= p.bit
+			g.lcEntries |= p.entries
+		}
+		g.setReady(p)
+	}
+}
+
+// setReady records in the masks whether p is runnable, after its state
+// changed.
+func (g *gpu) setReady(p *proc) {
+	if p.runnable() {
+		g.ready |= p.bit
+		g.readyEntries |= p.entries
+	} else {
+		g.ready &^= p.bit
+		g.readyEntries &^= p.entries
+	}
 }
 
 // buildRunlist lays out the runlist with smooth weighted round-robin, so a
@@ -126,6 +174,7 @@ func (g *gpu) buildRunlist() {
 			}
 		}
 	}
+	g.buildMasks()
 }
 
 // relayout lays out the runlist again after a group's level changed at
@@ -150,6 +199,23 @@ func (g *gpu) eligibleOver(q, p *proc) bool {
 // othersWaiting reports whether another group is runnable and may take the
 // engine from p.
 func (g *gpu) othersWaiting(p *proc) bool {
+	if g.masks {
+		return g.othersMasked(p)
+	}
+	return g.othersScan(p)
+}
+
+// othersMasked is othersWaiting from the masks.
+func (g *gpu) othersMasked(p *proc) bool {
+	m := g.ready &^ p.bit
+	if g.prio && p.class == ClassLC {
+		m &= g.lc
+	}
+	return m != 0
+}
+
+// othersScan is othersWaiting from each group's state.
+func (g *gpu) othersScan(p *proc) bool {
 	for _, q := range g.procs {
 		if q != p && q.runnable() && g.eligibleOver(q, p) {
 			return true
@@ -231,7 +297,53 @@ func (g *gpu) undoChoice() {
 // entry and switches it in.
 func (g *gpu) dispatch(now uint64) {
 	g.cur, g.state = nil, gIdle
-	n := len(g.runlist)
+	i := g.next()
+	if i < 0 {
+		return
+	}
+	p := g.runlist[i]
+	g.pos, g.cur = i, p
+	at := now
+	if p != g.last {
+		g.st.Switches++
+		if sw := g.s.cfg.ctxSwitch; sw > 0 {
+			g.swStart, g.swEnd, g.swPending = now, now+sw, true
+			at = now + sw
+		}
+	}
+	g.start(at)
+}
+
+// next returns the runlist entry dispatch takes: the first after the
+// last dispatched whose group is runnable (only LC groups while one is
+// runnable under priority, or a request claims the engine), wrapping; -1
+// if none is.
+func (g *gpu) next() int {
+	if g.masks {
+		return g.nextMasked()
+	}
+	return g.nextScan()
+}
+
+// nextMasked is next from the masks.
+func (g *gpu) nextMasked() int {
+	cand := g.readyEntries
+	if g.claims > 0 || (g.prio && g.ready&g.lc != 0) {
+		cand &= g.lcEntries
+	}
+	// The first candidate after pos (a shift by 64 leaves none), else
+	// the first one from the start.
+	if after := cand & (^uint64(0) << (g.pos + 1)); after != 0 {
+		return bits.TrailingZeros64(after)
+	}
+	if cand != 0 {
+		return bits.TrailingZeros64(cand)
+	}
+	return -1
+}
+
+// nextScan is next from each runlist entry's group's state.
+func (g *gpu) nextScan() int {
 	lcOnly := g.claims > 0
 	if g.prio && !lcOnly {
 		for _, q := range g.procs {
@@ -241,28 +353,18 @@ func (g *gpu) dispatch(now uint64) {
 			}
 		}
 	}
+	n := len(g.runlist)
 	i := g.pos
 	for range n {
 		// The next entry, wrapping (not i % n: a division per entry).
 		if i++; i == n {
 			i = 0
 		}
-		p := g.runlist[i]
-		if !p.runnable() || (lcOnly && p.class != ClassLC) {
-			continue
+		if p := g.runlist[i]; p.runnable() && (!lcOnly || p.class == ClassLC) {
+			return i
 		}
-		g.pos, g.cur = i, p
-		at := now
-		if p != g.last {
-			g.st.Switches++
-			if sw := g.s.cfg.ctxSwitch; sw > 0 {
-				g.swStart, g.swEnd, g.swPending = now, now+sw, true
-				at = now + sw
-			}
-		}
-		g.start(at)
-		return
 	}
+	return -1
 }
 
 // start begins running cur at at (the end of its switch, if any) with a
@@ -500,6 +602,7 @@ func (g *gpu) suspend(p *proc, now uint64) {
 		return
 	}
 	p.suspended = true
+	g.setReady(p)
 	if g.s.cfg.mode == ModeSpatial {
 		g.spatialReplan(now)
 		return
@@ -532,6 +635,7 @@ func (g *gpu) resume(p *proc, now uint64) {
 		return
 	}
 	p.suspended = false
+	g.setReady(p)
 	g.kick(p, now)
 }
 

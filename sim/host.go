@@ -295,8 +295,11 @@ type proc struct {
 	// asks of every group on a GPU at each decision, kept here so that it
 	// does not read the head of streams it leaves alone.
 	kernelAt bool
-	kernels  int // kernels queued on the stream (running one included)
-	ops      int // operations queued: kernels and copies
+	// bit is the group's bit among its GPU's, entries those of its
+	// runlist entries (gpu.masks).
+	bit, entries uint64
+	kernels      int // kernels queued on the stream (running one included)
+	ops          int // operations queued: kernels and copies
 	// The head run is the kernels from the head of the stream up to its
 	// first copy: the compute engine runs them back to back without a
 	// decision in between unless something else happens, so it schedules
@@ -317,6 +320,9 @@ type proc struct {
 	syncEnd   bool
 	inReq     bool
 	arrival   uint64
+
+	// The last copy's size and modelled duration (copyDuration).
+	copyBytes, copyDur uint64
 
 	// Spatial mode: co-running since coSince.
 	coRunning bool
@@ -367,10 +373,11 @@ func (s *Simulator) wakeAt(p *proc, t uint64) {
 // queue, or, where nothing could come between, directly at the end of
 // the step (runSoon). The synchronization a stream's last operation
 // ends is the commonest event after a kernel's end; this spares most of
-// them the queue. A run whose events a controller reads always goes
-// through the queue: the controller acts between two events.
+// them the queue. Where a controller reads the run's events, it reads
+// them between two steps that have some: runSoon goes through the queue
+// if the step has output, as a step of its own would have had to.
 func (s *Simulator) wakeSoon(p *proc, now uint64) {
-	if s.cfg.observe || s.soon != nil || s.q.pending(p.src) {
+	if s.soon != nil || s.q.pending(p.src) {
 		s.wakeAt(p, now)
 		return
 	}
@@ -383,13 +390,20 @@ func (s *Simulator) wakeSoon(p *proc, now uint64) {
 
 // runSoon wakes the host wakeSoon left for the end of the step, directly
 // if its event would be the next one taken (none pending is earlier, or
-// at now and scheduled before it), else through the queue with the
-// sequence number it took.
+// at now and scheduled before it) and no observed event of the step waits
+// to be read, else through the queue with the sequence number it took. A
+// step with no output is not seen by the reader (Read steps on), nor is
+// the read deadline passed at the same instant: the host's wake-up joins
+// the step, and the reader sees the same events, in the same reads.
 func (s *Simulator) runSoon() {
 	p := s.soon
 	s.soon = nil
 	if s.err != nil {
 		return // the run stops: the event would not be taken
+	}
+	if s.outHead < len(s.out) {
+		s.q.set(p.src, s.now, s.soonSeq)
+		return
 	}
 	if s.q.len() > 0 {
 		if e := s.q.peek(); e.t < s.now || (e.t == s.now && e.seq < s.soonSeq) {
@@ -485,7 +499,7 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 		case OpCopy:
 			d := op.Dur
 			if d == 0 {
-				d = s.cfg.copyLatency + uint64(float64(op.Bytes)/s.cfg.copyBW*1e9) // as Options.CopyDuration
+				d = p.copyDuration(op.Bytes, &s.cfg)
 			}
 			s.emitCopy(p, now, op)
 			if q := s.push(p, 1, now); q != nil {
@@ -535,6 +549,17 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 			return
 		}
 	}
+}
+
+// copyDuration is the modelled duration of a copy of n bytes, as
+// Options.CopyDuration computes it; a process's copies are mostly of a
+// few sizes, and the last one's is kept, which spares most copies the
+// division.
+func (p *proc) copyDuration(n uint64, cfg *config) uint64 {
+	if n != p.copyBytes || p.copyDur == 0 {
+		p.copyBytes, p.copyDur = n, cfg.copyLatency+uint64(float64(n)/cfg.copyBW*1e9)
+	}
+	return p.copyDur
 }
 
 // checkBurst fails the run if p's burst it answered with durations that
@@ -590,6 +615,7 @@ func (s *Simulator) enqueued(p *proc, now uint64) {
 	}
 	if wasEmpty {
 		p.kernelAt = it.kind == OpKernel
+		s.gpus[p.gpu].setReady(p)
 		s.startHead(p, now)
 	}
 }
@@ -625,6 +651,7 @@ func (s *Simulator) popHead(p *proc, now uint64) {
 		p.qh = 0
 	}
 	p.kernelAt = !p.empty() && p.head().kind == OpKernel
+	s.gpus[p.gpu].setReady(p)
 	if wasCopy {
 		p.nextRun()
 	}

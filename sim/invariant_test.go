@@ -105,6 +105,11 @@ func checkInvariants(t *testing.T, seed uint64, ctlSeed uint64) {
 				t.Fatalf("%s at %d: kernel at the head %v, the stream says %v", p.name, s.now, p.kernelAt, want)
 			}
 		}
+		// Each GPU's masks of runnable groups, and the decisions taken
+		// from them, against the groups' own states.
+		for _, g := range s.gpus {
+			checkMasks(t, g)
+		}
 		// A random controller.
 		pid := uint32(FirstPID + r.IntN(n))
 		gpu := s.procs[pid-FirstPID].gpu
@@ -175,6 +180,34 @@ func checkInvariants(t *testing.T, seed uint64, ctlSeed uint64) {
 	}
 }
 
+// checkMasks checks that g's masks of runnable groups hold the groups'
+// states, and that the decisions taken from them are those taken from
+// the states.
+func checkMasks(t *testing.T, g *gpu) {
+	t.Helper()
+	if !g.masks {
+		t.Fatalf("gpu %d: %d groups, %d runlist entries, and no masks", g.idx, len(g.procs), len(g.runlist))
+	}
+	var ready, entries uint64
+	for i, p := range g.runlist {
+		if p.runnable() {
+			ready |= p.bit
+			entries |= 1 << i
+		}
+	}
+	if g.ready != ready || g.readyEntries != entries {
+		t.Fatalf("gpu %d at %d: runnable groups %b, entries %b; the groups say %b, %b", g.idx, g.s.now, g.ready, g.readyEntries, ready, entries)
+	}
+	if m, sc := g.nextMasked(), g.nextScan(); m != sc {
+		t.Fatalf("gpu %d at %d: next entry %d from the masks, %d from the groups", g.idx, g.s.now, m, sc)
+	}
+	for _, p := range g.procs {
+		if m, sc := g.othersMasked(p), g.othersScan(p); m != sc {
+			t.Fatalf("gpu %d at %d: others waiting for %s: %v from the masks, %v from the groups", g.idx, g.s.now, p.name, m, sc)
+		}
+	}
+}
+
 // TestReadRunsAsRun: a run read event by event (Observe, as a controller
 // reads it, with no controller acting) does what the same run does
 // through Run, where a synchronization's end wakes its host without the
@@ -212,6 +245,54 @@ func TestReadRunsAsRun(t *testing.T) {
 		}
 	}
 }
+
+// TestManyGroupsDecideAsFew: a GPU with more groups than its masks cover
+// decides from each group's state, as one with few decides from its
+// masks: the same random node, alone and beside 66 groups that stop at
+// once (never runnable), runs the same.
+func TestManyGroupsDecideAsFew(t *testing.T) {
+	for seed := range uint64(30) {
+		r := rand.New(rand.NewPCG(seed, 4))
+		opts := Options{
+			Mode: Mode(r.IntN(4)), Granularity: Granularity(r.IntN(3)),
+			Timeslice: time.Duration(1+r.IntN(20)) * 100 * time.Microsecond, TimelineWindow: time.Second,
+		}
+		n := 2 + r.IntN(4)
+		procs := func(fillers int) []Process {
+			var ps []Process
+			for i := range n {
+				ps = append(ps, Process{Name: fmt.Sprint("p", i), Class: Class(i % 2),
+					Program: &randomProgram{r: rand.New(rand.NewPCG(seed, uint64(i))), coarse: seed%2 == 0}})
+			}
+			for i := range fillers {
+				ps = append(ps, Process{Name: fmt.Sprint("idle", i), Class: Class(i % 2), Program: stopProgram{}})
+			}
+			return ps
+		}
+		end := uint64(200 * time.Millisecond)
+		few, many := opts, opts
+		s, _ := mustSim(t, &few, procs(0)...)
+		m, _ := mustSim(t, &many, procs(maxMasked+2)...)
+		if !s.gpus[0].masks || m.gpus[0].masks {
+			t.Fatalf("masks with %d groups %v, with %d %v", n, s.gpus[0].masks, len(m.procs), m.gpus[0].masks)
+		}
+		for _, x := range []*Simulator{s, m} {
+			if err := x.Run(context.Background(), end); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := m.Stats()
+		st.Procs = st.Procs[:n]
+		if got, want := describe(st), describe(s.Stats()); got != want {
+			t.Fatalf("seed %d: beside idle groups:\n%s\nalone:\n%s", seed, got, want)
+		}
+	}
+}
+
+// stopProgram stops at once.
+type stopProgram struct{}
+
+func (stopProgram) Next(uint64) (Op, error) { return Op{Kind: OpStop}, nil }
 
 // TestSyncWakeAfterOlderEvent: A's synchronization ends at 100 µs, the
 // instant B's sleep, scheduled before it, ends too: B's host goes first,
@@ -270,6 +351,33 @@ func TestSyncWakesInTurn(t *testing.T) {
 	readAll(t, o, func(*trace.Event) {})
 	if got, want := describe(o.Stats()), describe(st); got != want {
 		t.Errorf("read event by event:\n%s\nthrough Run:\n%s", got, want)
+	}
+}
+
+// TestReaderActsBetweenOutputs: a host woken at the end of a step that
+// has events for the reader waits for the next step, so that the reader
+// acts on those events first: reading A's launch at 1701 ns (the step
+// that, as in TestSyncWakesInTurn, ends B's kernel), the reader gates B,
+// whose host, woken next, stops at its next launch.
+func TestReaderActsBetweenOutputs(t *testing.T) {
+	opts := Options{Mode: ModeSpatial, Observe: true}
+	s, pids := mustSim(t, &opts,
+		Process{Name: "A", Program: &script{ops: []Op{{Kind: OpCopy, Dur: 1701}, {Kind: OpSync}, {Kind: OpKernel, Dur: 100 * us}, {Kind: OpSync}}}},
+		Process{Name: "B", Program: &script{ops: []Op{{Kind: OpKernel, Dur: 1001}, {Kind: OpSync}, {Kind: OpKernel, Dur: 50 * us}, {Kind: OpSync}}}},
+		Process{Name: "C", Program: &script{ops: []Op{{Kind: OpKernel, Dur: 10 * us}, {Kind: OpSync}}}},
+	)
+	s.Start(2000)
+	gated := false
+	readAll(t, s, func(ev *trace.Event) {
+		if ev.Kind == trace.KindLaunch && ev.PID == pids[0] && !gated {
+			if err := s.Gate(pids[1]); err != nil {
+				t.Fatal(err)
+			}
+			gated = true
+		}
+	})
+	if b := s.Stats().Procs[1]; !gated || b.Syncs != 1 || b.KernelsSubmitted != 1 {
+		t.Errorf("B: %d syncs, %d kernels launched (gated %v); want 1 and 1: gated before its host went on", b.Syncs, b.KernelsSubmitted, gated)
 	}
 }
 
