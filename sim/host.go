@@ -642,6 +642,23 @@ func (s *Simulator) popHead(p *proc, now uint64) {
 	}
 	p.q[p.qh] = item{}
 	p.qh++
+	if p.qh == len(p.q) {
+		// Drained: the stream starts again at the front of its array,
+		// which so stays in cache (streams drain at every
+		// synchronization).
+		p.q, p.qh = p.q[:0], 0
+		p.kernelAt = false
+		s.gpus[p.gpu].setReady(p)
+		if wasCopy {
+			p.nextRun()
+		}
+		if p.host == hostSync {
+			s.wakeSoon(p, now)
+		}
+		return
+	}
+	// One that does not drain is moved to the front once its head is
+	// past half of it.
 	if p.qh > 256 && p.qh*2 > len(p.q) {
 		n := copy(p.q, p.q[p.qh:])
 		p.q = p.q[:n]
@@ -650,16 +667,10 @@ func (s *Simulator) popHead(p *proc, now uint64) {
 		}
 		p.qh = 0
 	}
-	p.kernelAt = !p.empty() && p.head().kind == OpKernel
+	p.kernelAt = p.head().kind == OpKernel
 	s.gpus[p.gpu].setReady(p)
 	if wasCopy {
 		p.nextRun()
-	}
-	if p.empty() {
-		if p.host == hostSync {
-			s.wakeSoon(p, now)
-		}
-		return
 	}
 	if p.head().kind == OpCopy {
 		s.startHead(p, now)
