@@ -321,8 +321,9 @@ type proc struct {
 	inReq     bool
 	arrival   uint64
 
-	// The last copy's size and modelled duration (copyDuration).
-	copyBytes, copyDur uint64
+	// The last copy's size and modelled duration, per copy engine
+	// (copyDuration).
+	copyBytes, copyDur [2]uint64
 
 	// Spatial mode: co-running since coSince.
 	coRunning bool
@@ -499,7 +500,7 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 		case OpCopy:
 			d := op.Dur
 			if d == 0 {
-				d = p.copyDuration(op.Bytes, &s.cfg)
+				d = p.copyDuration(copyEngine(op.Dir), op.Bytes, &s.cfg)
 			}
 			s.emitCopy(p, now, op)
 			if q := s.push(p, 1, now); q != nil {
@@ -551,15 +552,16 @@ func (s *Simulator) runHost(p *proc, now uint64) {
 	}
 }
 
-// copyDuration is the modelled duration of a copy of n bytes, as
-// Options.CopyDuration computes it; a process's copies are mostly of a
-// few sizes, and the last one's is kept, which spares most copies the
-// division.
-func (p *proc) copyDuration(n uint64, cfg *config) uint64 {
-	if n != p.copyBytes || p.copyDur == 0 {
-		p.copyBytes, p.copyDur = n, cfg.copyLatency+uint64(float64(n)/cfg.copyBW*1e9)
+// copyDuration is the modelled duration of a copy of n bytes on copy
+// engine e, as Options.CopyDuration computes it. A process's copies in
+// each direction are mostly of one size (a request's input, its
+// output): the last one's is kept per engine, which spares most copies
+// the division.
+func (p *proc) copyDuration(e int, n uint64, cfg *config) uint64 {
+	if n != p.copyBytes[e] || p.copyDur[e] == 0 {
+		p.copyBytes[e], p.copyDur[e] = n, cfg.copyLatency+uint64(float64(n)/cfg.copyBW*1e9)
 	}
-	return p.copyDur
+	return p.copyDur[e]
 }
 
 // checkBurst fails the run if p's burst it answered with durations that
