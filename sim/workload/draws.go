@@ -99,12 +99,15 @@ type sumTable struct {
 
 // sumChunk holds the summaries of sumChunkKeys consecutive keys. A slot
 // is written once, by the first run to draw its key; others read it once
-// its state says written.
+// its state says written. The state leads the slot, so that a reader
+// finds it in the cache line it reads the summary from.
 type sumChunk struct {
-	state [sumChunkKeys]atomic.Uint32 // per key: 0 empty, 1 being written, 2 written
-	vals  []uint64                    // per key: its check, then width values
-	marks []mark                      // per key: its marks
+	vals  []uint64 // per key: its state (atomic), its check, then width values
+	marks []mark   // per key: its marks
 }
+
+// sumHead is how many words lead a slot's values: its state and check.
+const sumHead = 2
 
 // mark is where a key's generator was at a kernel part way through a
 // burst (keyed.draw places them), and the work of the burst's kernels
@@ -116,7 +119,7 @@ type mark struct {
 }
 
 const (
-	slotEmpty uint32 = iota
+	slotEmpty uint64 = iota
 	slotWriting
 	slotWritten
 )
@@ -195,12 +198,13 @@ func (t *sumTable) newChunk() *sumChunk {
 	if n := len(t.spare); n > 0 {
 		c := t.spare[n-1]
 		t.spare = t.spare[:n-1]
-		for i := range c.state {
-			c.state[i].Store(slotEmpty)
+		w := sumHead + t.width
+		for i := range sumChunkKeys {
+			atomic.StoreUint64(&c.vals[i*w], slotEmpty)
 		}
 		return c
 	}
-	return &sumChunk{vals: make([]uint64, sumChunkKeys*(1+t.width)), marks: make([]mark, sumChunkKeys*t.marks)}
+	return &sumChunk{vals: make([]uint64, sumChunkKeys*(sumHead+t.width)), marks: make([]mark, sumChunkKeys*t.marks)}
 }
 
 // get returns the summary (width values) and the marks of key if kept
@@ -212,16 +216,13 @@ func (r *sumReader) get(key, check uint64) ([]uint64, []mark) {
 		return nil, nil
 	}
 	i := int(key % sumChunkKeys)
-	if c.state[i].Load() != slotWritten {
-		return nil, nil
-	}
-	w := 1 + r.t.width
+	w := sumHead + r.t.width
 	v := c.vals[i*w : (i+1)*w : (i+1)*w]
-	if v[0] != check {
+	if atomic.LoadUint64(&v[0]) != slotWritten || v[1] != check {
 		return nil, nil
 	}
 	m := r.t.marks
-	return v[1:], c.marks[i*m : (i+1)*m : (i+1)*m]
+	return v[sumHead:], c.marks[i*m : (i+1)*m : (i+1)*m]
 }
 
 // put keeps sum and marks as the summary of key, unless another run got
@@ -229,15 +230,15 @@ func (r *sumReader) get(key, check uint64) ([]uint64, []mark) {
 func (r *sumReader) put(key, check uint64, sum []uint64, marks []mark) {
 	c := r.chunk(key, true)
 	i := int(key % sumChunkKeys)
-	if !c.state[i].CompareAndSwap(slotEmpty, slotWriting) {
+	w := sumHead + r.t.width
+	v := c.vals[i*w : (i+1)*w]
+	if !atomic.CompareAndSwapUint64(&v[0], slotEmpty, slotWriting) {
 		return
 	}
-	w := 1 + r.t.width
-	v := c.vals[i*w : (i+1)*w]
-	v[0] = check
-	copy(v[1:], sum)
+	v[1] = check
+	copy(v[sumHead:], sum)
 	copy(c.marks[i*r.t.marks:(i+1)*r.t.marks], marks)
-	c.state[i].Store(slotWritten)
+	atomic.StoreUint64(&v[0], slotWritten)
 }
 
 // streamID names a workload's stream of draws: its name and its kind.
