@@ -120,6 +120,7 @@ func (f *File) Workloads() ([]Workload, error) {
 // workloads is Workloads, its errors without their lines.
 func (f *File) workloads() ([]Workload, error) {
 	var out []Workload
+	ss := samplers{}
 	for i := range f.Spec.LC {
 		lc := f.Spec.LC[i]
 		path := fmt.Sprintf("lc[%d]", i)
@@ -127,7 +128,7 @@ func (f *File) workloads() ([]Workload, error) {
 		if err != nil {
 			return nil, err
 		}
-		steps := compileSteps(lc.Request)
+		steps := compileSteps(lc.Request, ss)
 		order, shape := drawOrder(steps), shapeOf(steps)
 		marks, words := placeMarks(shape, order), placeFilters(shape)
 		pending := lc.MaxPending
@@ -137,7 +138,7 @@ func (f *File) workloads() ([]Workload, error) {
 		h := nameHash(lc.Name)
 		var think *sampler
 		if lc.Arrival.Think != nil {
-			think = newSampler(lc.Arrival.Think)
+			think = ss.get(lc.Arrival.Think)
 		}
 		newDispatcher := func(seed, horizon uint64) *dispatcher {
 			return &dispatcher{
@@ -173,9 +174,9 @@ func (f *File) workloads() ([]Workload, error) {
 		}
 		var gap *sampler
 		if be.HostGap != nil {
-			gap = newSampler(be.HostGap)
+			gap = ss.get(be.HostGap)
 		}
-		k := newSampler(&be.Kernel)
+		k := ss.get(&be.Kernel)
 		out = append(out, Workload{
 			Name: be.Name, Group: be.Name, Class: sim.ClassBE, GPU: be.GPU, Source: "be", Labels: be.Labels, Env: be.Env,
 			newProgram: func(seed, _ uint64, _ *dispatcher, draws *Draws) sim.Program {
@@ -312,6 +313,23 @@ func newSampler(d *Dist) *sampler {
 		s.inner = lo >= max(s.lo, 0.5) && hi <= float64(maxDuration) && (s.hi == 0 || hi <= s.hi)
 	case "uniform":
 		s.kind = distUniform
+	}
+	return s
+}
+
+// samplers holds a spec's samplers by distribution: one for each
+// distinct one, however many steps and workloads draw from it (the spec
+// of timeslice-inflation has four kernel steps alike), so that the runs
+// read one quantile table (32 KiB) for them, not one each. A sampler
+// holds nothing that changes: every draw's state is its generator's.
+type samplers map[Dist]*sampler
+
+// get returns the sampler of d, made on first use.
+func (ss samplers) get(d *Dist) *sampler {
+	s := ss[*d]
+	if s == nil {
+		s = newSampler(d)
+		ss[*d] = s
 	}
 	return s
 }
@@ -538,7 +556,7 @@ func shapeOf(steps []step) []segment {
 	return out
 }
 
-func compileSteps(in []Step) []step {
+func compileSteps(in []Step, ss samplers) []step {
 	var out []step
 	for _, s := range in {
 		switch {
@@ -549,11 +567,11 @@ func compileSteps(in []Step) []step {
 			}
 			out = append(out, step{kind: stepCopy, dir: dir, bytes: s.Copy.Bytes})
 		case s.Kernel != nil:
-			out = append(out, step{kind: stepKernel, count: max(s.Kernel.Count, 1), syncEach: s.Kernel.SyncEach, dur: newSampler(&s.Kernel.Duration)})
+			out = append(out, step{kind: stepKernel, count: max(s.Kernel.Count, 1), syncEach: s.Kernel.SyncEach, dur: ss.get(&s.Kernel.Duration)})
 		case s.Sync != nil:
 			out = append(out, step{kind: stepSync})
 		case s.Host != nil:
-			out = append(out, step{kind: stepHost, dur: newSampler(&s.Host.Duration)})
+			out = append(out, step{kind: stepHost, dur: ss.get(&s.Host.Duration)})
 		}
 	}
 	return out

@@ -152,6 +152,43 @@ func TestBEProgram(t *testing.T) {
 	}
 }
 
+// TestSamplersShared: steps and workloads that draw from the same
+// distribution share one sampler (and its quantile table); different
+// distributions do not.
+func TestSamplersShared(t *testing.T) {
+	f, err := Parse([]byte(`
+name: shared
+gpus: 1
+lc:
+  - name: a
+    arrival: {process: poisson, rate: 10}
+    request:
+      - kernel: {count: 4, duration: {dist: lognormal, mean: 50us, cv: 0.3}}
+      - sync: {}
+      - kernel: {count: 4, duration: {dist: lognormal, mean: 50us, cv: 0.3}}
+      - kernel: {count: 4, duration: {dist: lognormal, mean: 50us, cv: 0.4}}
+be:
+  - name: b
+    kernel: {dist: lognormal, mean: 50us, cv: 0.3}
+`), "shared.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := f.Workloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := ws[0].newProgram(1, uint64(time.Second), ws[0].newDispatcher(1, uint64(time.Second)), nil).(*lcProgram)
+	be := ws[1].newProgram(1, uint64(time.Second), nil, nil).(*beProgram)
+	k1, k2, k3 := lc.steps[0].dur, lc.steps[2].dur, lc.steps[3].dur
+	if k1 != k2 || k1 != be.kernel || k1.q == nil {
+		t.Errorf("alike distributions: samplers %p, %p and %p (BE), want one", k1, k2, be.kernel)
+	}
+	if k3 == k1 || k3.sigma == k1.sigma {
+		t.Errorf("cv 0.4 shares cv 0.3's sampler")
+	}
+}
+
 func TestSamplers(t *testing.T) {
 	cases := []struct {
 		d        Dist
