@@ -130,6 +130,12 @@ func (g *gpu) buildMasks() {
 		}
 		g.setReady(p)
 	}
+	for _, p := range g.procs {
+		p.rivals = ^p.bit
+		if g.prio && p.class == ClassLC {
+			p.rivals &= g.lc
+		}
+	}
 }
 
 // setReady records in the masks whether p is runnable, after its state
@@ -205,14 +211,10 @@ func (g *gpu) othersWaiting(p *proc) bool {
 	return g.othersScan(p)
 }
 
-// othersMasked is othersWaiting from the masks.
-func (g *gpu) othersMasked(p *proc) bool {
-	m := g.ready &^ p.bit
-	if g.prio && p.class == ClassLC {
-		m &= g.lc
-	}
-	return m != 0
-}
+// othersMasked is othersWaiting from the masks: small enough, with the
+// groups that may take the engine from p kept in p.rivals, for
+// othersWaiting to take it in.
+func (g *gpu) othersMasked(p *proc) bool { return g.ready&p.rivals != 0 }
 
 // othersScan is othersWaiting from each group's state.
 func (g *gpu) othersScan(p *proc) bool {
@@ -297,7 +299,12 @@ func (g *gpu) undoChoice() {
 // entry and switches it in.
 func (g *gpu) dispatch(now uint64) {
 	g.cur, g.state = nil, gIdle
-	i := g.next()
+	var i int
+	if g.masks {
+		i = g.nextMasked()
+	} else {
+		i = g.nextScan()
+	}
 	if i < 0 {
 		return
 	}
@@ -314,18 +321,11 @@ func (g *gpu) dispatch(now uint64) {
 	g.start(at)
 }
 
-// next returns the runlist entry dispatch takes: the first after the
-// last dispatched whose group is runnable (only LC groups while one is
-// runnable under priority, or a request claims the engine), wrapping; -1
-// if none is.
-func (g *gpu) next() int {
-	if g.masks {
-		return g.nextMasked()
-	}
-	return g.nextScan()
-}
-
-// nextMasked is next from the masks.
+// nextMasked returns the runlist entry dispatch takes: the first after
+// the last dispatched whose group is runnable (only LC groups while one
+// is runnable under priority, or a request claims the engine), wrapping;
+// -1 if none is. From the masks; nextScan is the same from each entry's
+// group's state.
 func (g *gpu) nextMasked() int {
 	cand := g.readyEntries
 	if g.claims > 0 || (g.prio && g.ready&g.lc != 0) {
@@ -342,7 +342,7 @@ func (g *gpu) nextMasked() int {
 	return -1
 }
 
-// nextScan is next from each runlist entry's group's state.
+// nextScan is nextMasked from each runlist entry's group's state.
 func (g *gpu) nextScan() int {
 	lcOnly := g.claims > 0
 	if g.prio && !lcOnly {

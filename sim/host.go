@@ -296,10 +296,11 @@ type proc struct {
 	// does not read the head of streams it leaves alone.
 	kernelAt bool
 	// bit is the group's bit among its GPU's, entries those of its
-	// runlist entries (gpu.masks).
-	bit, entries uint64
-	kernels      int // kernels queued on the stream (running one included)
-	ops          int // operations queued: kernels and copies
+	// runlist entries, rivals those of the groups that may take the
+	// engine from it (gpu.masks).
+	bit, entries, rivals uint64
+	kernels              int // kernels queued on the stream (running one included)
+	ops                  int // operations queued: kernels and copies
 	// The head run is the kernels from the head of the stream up to its
 	// first copy: the compute engine runs them back to back without a
 	// decision in between unless something else happens, so it schedules
