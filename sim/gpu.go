@@ -549,8 +549,9 @@ func (g *gpu) atBoundary(p *proc) bool {
 
 // complete retires p's head kernel (or burst).
 func (g *gpu) complete(p *proc, now uint64) {
-	p.st.KernelsCompleted += uint64(p.head().n)
-	p.st.CompletedWork += p.head().dur
+	h := &p.q[p.qh]
+	p.st.KernelsCompleted += uint64(h.n)
+	p.st.CompletedWork += h.dur
 	g.s.popHead(p, now)
 }
 

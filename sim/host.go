@@ -566,12 +566,18 @@ func (p *proc) copyDuration(e int, n uint64, cfg *config) uint64 {
 }
 
 // checkBurst fails the run if p's burst it answered with durations that
-// do not fit its launch.
+// do not fit its launch (small enough to inline: it is asked at every
+// preemption).
 func (s *Simulator) checkBurst(p *proc, it *item) {
 	if it.err != nil {
-		s.fail(fmt.Errorf("process %s at %v: %w", p.name, time.Duration(s.now), it.err))
-		it.err = nil
+		s.burstFailed(p, it)
 	}
+}
+
+// burstFailed fails the run with it's error.
+func (s *Simulator) burstFailed(p *proc, it *item) {
+	s.fail(fmt.Errorf("process %s at %v: %w", p.name, time.Duration(s.now), it.err))
+	it.err = nil
 }
 
 // completeSync finishes a synchronization (and the request it ends).

@@ -128,20 +128,31 @@ func (s *Simulator) emit(n uint32) *trace.Event {
 }
 
 // emitLaunch reports n launches of p's at now: the kernels of a burst
-// are launched at the same instant on the same stream.
+// are launched at the same instant on the same stream. The emit
+// functions test whether the run is observed and call on only if it is,
+// which keeps them small enough to inline where it is not.
 func (s *Simulator) emitLaunch(p *proc, now uint64, n uint32) {
-	if !s.cfg.observe {
-		return
+	if s.cfg.observe {
+		s.launchEvent(p, now, n)
 	}
+}
+
+// launchEvent is emitLaunch's event.
+func (s *Simulator) launchEvent(p *proc, now uint64, n uint32) {
 	ev := s.emit(n)
 	ev.Kind, ev.Func, ev.PID, ev.TID, ev.Time = trace.KindLaunch, trace.FuncLaunchKernel, p.pid, p.pid, now
 	ev.Launch.Stream = streamHandle
 }
 
+// emitCopy reports p's copy op at now.
 func (s *Simulator) emitCopy(p *proc, now uint64, op *Op) {
-	if !s.cfg.observe {
-		return
+	if s.cfg.observe {
+		s.copyEvent(p, now, op)
 	}
+}
+
+// copyEvent is emitCopy's event.
+func (s *Simulator) copyEvent(p *proc, now uint64, op *Op) {
 	f := trace.FuncMemcpyHtoDAsyncV2
 	if op.Dir == trace.CopyDtoH {
 		f = trace.FuncMemcpyDtoHAsyncV2
@@ -151,10 +162,15 @@ func (s *Simulator) emitCopy(p *proc, now uint64, op *Op) {
 	ev.Copy.Dir, ev.Copy.Bytes, ev.Copy.Stream = op.Dir, op.Bytes, streamHandle
 }
 
+// emitSync reports p's synchronization, from start to its return at now.
 func (s *Simulator) emitSync(p *proc, start, now uint64) {
-	if !s.cfg.observe {
-		return
+	if s.cfg.observe {
+		s.syncEvent(p, start, now)
 	}
+}
+
+// syncEvent is emitSync's event.
+func (s *Simulator) syncEvent(p *proc, start, now uint64) {
 	ev := s.emit(1)
 	ev.Kind, ev.Func, ev.PID, ev.TID, ev.Time = trace.KindSync, trace.FuncStreamSynchronize, p.pid, p.pid, start
 	ev.Sync.Handle, ev.Sync.Duration = streamHandle, now-start
