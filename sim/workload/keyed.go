@@ -292,7 +292,7 @@ func drawTo(runs []drawRun, g *gen, vals []uint64, m int) []uint64 {
 // as far as it needs them); one that draws alone hands the durations
 // over.
 func (k *keyed) kernels(i int, op *sim.Op) {
-	s := k.shape[i]
+	s := &k.shape[i]
 	if k.st == nil {
 		put(op, sim.OpKernel, 0, 0)
 		op.Durs = k.full[s.off : s.off+s.n : s.off+s.n]
@@ -352,7 +352,7 @@ func (b *keyedBurst) Start(w uint64) (first int, before uint64) {
 // asked: from a mark (Start), or from the key's first draw, a chunk at a
 // time.
 func (b *keyedBurst) Kernels(first, n int) []uint64 {
-	k, s := b.k, b.k.shape[b.seg]
+	k, s := b.k, &b.k.shape[b.seg]
 	if k.full != nil {
 		return k.full[s.off+first : s.off+s.n : s.off+s.n]
 	}
