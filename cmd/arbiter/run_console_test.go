@@ -149,7 +149,7 @@ func TestDaemonConsoleInBrowser(t *testing.T) {
 		if name := consoletest.Eval[string](t, b, consoletest.Cell(hostile, consoletest.ColName)); name != hostileName[:15] {
 			t.Errorf("the hostile process's name shown as %q, want %q", name, hostileName[:15])
 		}
-		b.Do(t, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#pr-table tbody tr[data-pid="%d"]`, hostile))))
+		b.Click(t, fmt.Sprintf(`#pr-table tbody tr[data-pid="%d"]`, hostile))
 		b.WaitFor(t, "the detail with the command line in the reason",
 			`document.getElementById('pr-detail-body').textContent.includes(`+consoletest.JSString("batch job: "+hostileBin)+`)`, 5*time.Second)
 		b.WaitFor(t, "why weaker", `document.getElementById('pr-detail-body').textContent.includes('gate instead of suspend')`, 5*time.Second)

@@ -182,6 +182,16 @@ func (b *Browser) WaitFor(t *testing.T, what, js string, timeout time.Duration) 
 	}
 }
 
+// Click clicks the element sel selects, found and clicked in the page in
+// one step, waiting up to 5 s for it to exist: a table the console
+// redraws live can replace a row between a click by node
+// (chromedp.Click) finding it and clicking it, which then fails with
+// "Could not find node with given id".
+func (b *Browser) Click(t *testing.T, sel string) {
+	t.Helper()
+	b.WaitFor(t, "something to click at "+sel, `(() => { const e = document.querySelector(`+JSString(sel)+`); if (!e) return false; e.click(); return true; })()`, 5*time.Second)
+}
+
 // Screenshot saves the viewport as dir/name.png, once what is drawing has
 // settled; nothing when dir is "".
 func (b *Browser) Screenshot(t *testing.T, dir, name string) {

@@ -139,7 +139,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if comm := consoletest.Eval[string](t, b, consoletest.Cell(203, 1)); comm != hostile[:16] {
 			t.Errorf("pid 203's name shown as %q, want %q", comm, hostile[:16])
 		}
-		b.Do(t, chromedp.Click(chromedp.CSS(`#pr-table tbody tr[data-pid="203"]`)))
+		b.Click(t, `#pr-table tbody tr[data-pid="203"]`)
 		b.WaitFor(t, "detail with the full command line in the reason", `document.getElementById('pr-detail-body').textContent.includes(`+consoletest.JSString("batch job: "+hostile)+`)`, 5*time.Second)
 		b.WaitFor(t, "why weaker", `document.getElementById('pr-detail-body').textContent.includes('no RM client traced for pid 203')`, 5*time.Second)
 		b.Do(t, chromedp.Navigate(n.URL+"/#/events"))
