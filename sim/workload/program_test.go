@@ -60,14 +60,7 @@ lc:
       - sync: {}
       - copy: {dir: d2h, bytes: 20}
 `
-	f, err := Parse([]byte(spec), "a.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := f.Workloads()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := specWorkloads(t, spec, "a.yaml")
 	p := ws[0].Program(1, uint64(2500*time.Microsecond))
 	var got []string
 	// The host is ready at 0, at 1.5 ms (late: the 1 ms arrival waited)
@@ -152,11 +145,26 @@ func TestBEProgram(t *testing.T) {
 	}
 }
 
+// specWorkloads parses a spec and builds its workloads, failing t on an
+// error.
+func specWorkloads(t *testing.T, spec, name string) []Workload {
+	t.Helper()
+	f, err := Parse([]byte(spec), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := f.Workloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
 // TestSamplersShared: steps and workloads that draw from the same
 // distribution share one sampler (and its quantile table); different
 // distributions do not.
 func TestSamplersShared(t *testing.T) {
-	f, err := Parse([]byte(`
+	ws := specWorkloads(t, `
 name: shared
 gpus: 1
 lc:
@@ -170,14 +178,7 @@ lc:
 be:
   - name: b
     kernel: {dist: lognormal, mean: 50us, cv: 0.3}
-`), "shared.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := f.Workloads()
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "shared.yaml")
 	lc := ws[0].newProgram(1, uint64(time.Second), ws[0].newDispatcher(1, uint64(time.Second)), nil).(*lcProgram)
 	be := ws[1].newProgram(1, uint64(time.Second), nil, nil).(*beProgram)
 	k1, k2, k3 := lc.steps[0].dur, lc.steps[2].dur, lc.steps[3].dur
@@ -295,14 +296,7 @@ func FuzzParseArrivals(f *testing.F) {
 // request gets the same service times whichever replica serves it.
 func TestReplicasShareQueue(t *testing.T) {
 	spec := "gpus: 1\nlc:\n  - name: a\n    gpu: 0\n    replicas: 3\n    arrival: {process: poisson, rate: 1000}\n    request:\n      - kernel: {count: 2, duration: {dist: exp, mean: 100us}}\n"
-	f, err := Parse([]byte(spec), "a.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := f.Workloads()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := specWorkloads(t, spec, "a.yaml")
 	if len(ws) != 3 || ws[0].Name != "a/0" || ws[2].Name != "a/2" || ws[1].Group != "a" {
 		t.Fatalf("workloads %+v", ws)
 	}
@@ -391,14 +385,7 @@ lc:
 be:
   - {name: b, gpu: 0, kernel: {dist: lognormal, mean: 1ms, cv: 0.2}, sync_every: 100, host_gap: {dist: exp, mean: 1ms}}
 `
-	f, err := Parse([]byte(spec), "s.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := f.Workloads()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws := specWorkloads(t, spec, "s.yaml")
 	// ops runs a program for n operations (or to its end), listing them;
 	// bursts counts the bursts launched by their totals, summarized those
 	// of them launched from a summary alone, marked the kernels asked for
@@ -551,21 +538,15 @@ be:
 // close behind the run that draws them lets go of those both have
 // passed.
 func TestSummariesFreedBehindCloseReads(t *testing.T) {
-	f, err := Parse([]byte(`
+	ws := specWorkloads(t, `
 gpus: 1
 be:
   - {name: b, gpu: 0, kernel: {dist: lognormal, mean: 1ms, cv: 0.2}, sync_every: 3}
-`), "s.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := f.Workloads()
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "s.yaml")
 	d := NewDraws()
 	first, second := Programs(ws, 1, uint64(time.Hour), d)[0], Programs(ws, 1, uint64(time.Hour), d)[0]
 	var op sim.Op
+	var err error
 	for range 5 * sumChunkKeys {
 		for _, p := range []sim.Program{first, second} {
 			// A cycle: its kernels, a sync.
