@@ -574,7 +574,7 @@ func (s *Simulator) checkBurst(p *proc, it *item) {
 	}
 }
 
-// burstFailed fails the run with it's error.
+// burstFailed fails the run with the error of p's burst it.
 func (s *Simulator) burstFailed(p *proc, it *item) {
 	s.fail(fmt.Errorf("process %s at %v: %w", p.name, time.Duration(s.now), it.err))
 	it.err = nil
