@@ -52,9 +52,11 @@ func (g *gpu) buildMasks() {
 		g.setReady(p)
 	}
 	for _, p := range g.procs {
-		p.rivals = ^p.bit
-		if g.prio && p.class == ClassLC {
-			p.rivals &= g.lc
+		p.rivals = 0
+		for _, q := range g.procs {
+			if q != p && g.eligibleOver(q, p) {
+				p.rivals |= q.bit
+			}
 		}
 	}
 }
