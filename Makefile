@@ -18,7 +18,7 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 # Benchmarks: count and time per benchmark; override for quicker runs.
 BENCHTIME ?= 1s
 
-.PHONY: all build arbiter dist generate test bench demo clean fmt vet gpu-validate-bundle gpu-validate
+.PHONY: all build arbiter dist generate pgo test bench demo clean fmt vet gpu-validate-bundle gpu-validate
 
 all: build
 
@@ -48,6 +48,16 @@ dist:
 ## generate: rebuild the eBPF objects with clang (committed; users skip this)
 generate:
 	$(GO) generate ./bpf/...
+
+## pgo: cmd/arbiter/default.pgo, the CPU profile every `go build` of the
+## binary optimizes with (profile-guided: inlining and devirtualization of
+## the hot calls); committed, so users build with Go alone. It profiles the
+## simulator on every shipped example under every baseline, three times
+## (BenchmarkExamplesHour); rebuild it after large changes to the simulator
+pgo:
+	$(GO) test -count=1 -run '^$$' -bench 'ExamplesHour/one-at-a-time' -benchtime 3x \
+		-o $(BIN)/whatif.test -cpuprofile cmd/arbiter/default.pgo ./sim/whatif
+	rm -f $(BIN)/whatif.test
 
 ## test: vet and the whole test suite (eBPF tests need root; CI sets
 ## ARBITER_REQUIRE_BPF=1), then the packaging module's (internal/dist, a
