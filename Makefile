@@ -68,9 +68,11 @@ test:
 	cd internal/dist && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
 
 ## bench: every benchmark under ./..., one package at a time (two running at
-## once on a small machine would time each other), figures in docs/benchmarks.md
+## once on a small machine would time each other), built with the binary's
+## profile (default.pgo) so that they measure the code as it ships; figures
+## in docs/benchmarks.md
 bench:
-	$(GO) test -count=1 -p 1 -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./...
+	$(GO) test -count=1 -p 1 -pgo=$(CURDIR)/cmd/arbiter/default.pgo -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./...
 
 ## demo: trace the stub inference and training workloads live (root)
 demo: build
