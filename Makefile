@@ -50,8 +50,8 @@ generate:
 	$(GO) generate ./bpf/...
 
 ## pgo: cmd/arbiter/default.pgo, the CPU profile every `go build` of the
-## binary optimizes with (profile-guided: inlining and devirtualization of
-## the hot calls); committed, so users build with Go alone. It profiles the
+## binary optimizes with (profile-guided: the hot calls inlined);
+## committed, so users build with Go alone. It profiles the
 ## simulator on every shipped example under every baseline, three times
 ## (BenchmarkExamplesHour); rebuild it after large changes to the simulator
 pgo:
