@@ -41,10 +41,10 @@ type Draws struct {
 }
 
 // streamKey names a stream of draws: its workload and the width of its
-// summaries and marks (fixed by the workload's spec).
+// summaries, filters and marks (fixed by the workload's spec).
 type streamKey struct {
-	id           uint64
-	width, marks int
+	id                  uint64
+	width, words, marks int
 }
 
 // drawStream is one workload's draws: the summaries of the keys some run
@@ -56,18 +56,19 @@ type drawStream struct {
 // NewDraws returns an empty cache.
 func NewDraws() *Draws { return &Draws{streams: map[streamKey]*drawStream{}} }
 
-// stream returns the stream id with summaries of width values and marks
-// marks per key (nil for a nil *Draws).
-func (d *Draws) stream(id uint64, width, marks int) *drawStream {
+// stream returns the stream id with summaries of width values, words
+// words of filters and marks marks per key (nil for a nil *Draws).
+func (d *Draws) stream(id uint64, width, words, marks int) *drawStream {
 	if d == nil {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k := streamKey{id, width, marks}
+	k := streamKey{id, width, words, marks}
 	st := d.streams[k]
 	if st == nil {
-		st = &drawStream{sums: sumTable{width: width, marks: marks, chunks: map[uint64]*sumChunk{}}}
+		st = &drawStream{}
+		st.sums.init(width, words, marks)
 		d.streams[k] = st
 	}
 	return st
@@ -86,7 +87,16 @@ const sumMaxChunks = 64
 // sumTable keeps the summaries of one stream, in chunks of consecutive
 // keys, until every run reading the stream has passed them.
 type sumTable struct {
-	width, marks int
+	width, words, marks int
+	// A slot holds its key's filters too (inline) unless they are what
+	// makes it longer than a cache line: then the filters are kept apart,
+	// and a run reading keys in order finds a slot's state, check and
+	// values in one line, often with the next key's. Inline, the line a
+	// run reads the summary from also answers a preemption part way
+	// through a burst. row is a slot's words, apart its filters' (0 if
+	// inline).
+	inline     bool
+	row, apart int
 
 	mu      sync.Mutex
 	chunks  map[uint64]*sumChunk // by key / sumChunkKeys
@@ -97,12 +107,30 @@ type sumTable struct {
 	spare []*sumChunk
 }
 
+// sumLine is the words of a cache line.
+const sumLine = 8
+
+// init makes t an empty table of summaries of width values, words words
+// of filters and marks marks per key.
+func (t *sumTable) init(width, words, marks int) {
+	t.width, t.words, t.marks, t.chunks = width, words, marks, map[uint64]*sumChunk{}
+	t.inline = sumHead+width+words <= sumLine || sumHead+width > sumLine
+	t.row, t.apart = sumHead+width, words
+	if t.inline {
+		t.row, t.apart = sumHead+width+words, 0
+	}
+}
+
 // sumChunk holds the summaries of sumChunkKeys consecutive keys. A slot
 // is written once, by the first run to draw its key; others read it once
 // its state says written. The state leads the slot, so that a reader
-// finds it in the cache line it reads the summary from.
+// finds it in the cache line it reads the summary from (most often
+// written on the other core). The marks, and the filters where they
+// would make a slot longer than a line (sumTable.inline), which only a
+// preemption part way through a burst reads, are kept apart.
 type sumChunk struct {
-	vals  []uint64 // per key: its state (atomic), its check, then width values
+	vals  []uint64 // per key: its state (atomic), its check, width values, and its filters if inline
+	filt  []uint64 // per key: its filters, if not inline
 	marks []mark   // per key: its marks
 }
 
@@ -198,46 +226,55 @@ func (t *sumTable) newChunk() *sumChunk {
 	if n := len(t.spare); n > 0 {
 		c := t.spare[n-1]
 		t.spare = t.spare[:n-1]
-		w := sumHead + t.width
+		w := t.row
 		for i := range sumChunkKeys {
 			atomic.StoreUint64(&c.vals[i*w], slotEmpty)
 		}
 		return c
 	}
-	return &sumChunk{vals: make([]uint64, sumChunkKeys*(sumHead+t.width)), marks: make([]mark, sumChunkKeys*t.marks)}
+	return &sumChunk{vals: make([]uint64, sumChunkKeys*t.row), filt: make([]uint64, sumChunkKeys*t.apart),
+		marks: make([]mark, sumChunkKeys*t.marks)}
 }
 
-// get returns the summary (width values) and the marks of key if kept
-// (nil if not).
-// The slices returned must not be modified.
-func (r *sumReader) get(key, check uint64) ([]uint64, []mark) {
+// get returns the summary (width values), the filters and the marks of
+// key if kept (nil if not). The slices returned must not be modified.
+func (r *sumReader) get(key, check uint64) ([]uint64, []uint64, []mark) {
 	c := r.chunk(key, false)
 	if c == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
+	t := r.t
 	i := int(key % sumChunkKeys)
-	w := sumHead + r.t.width
-	v := c.vals[i*w : (i+1)*w : (i+1)*w]
+	v := c.vals[i*t.row : (i+1)*t.row : (i+1)*t.row]
 	if atomic.LoadUint64(&v[0]) != slotWritten || v[1] != check {
-		return nil, nil
+		return nil, nil, nil
 	}
-	m := r.t.marks
-	return v[sumHead:], c.marks[i*m : (i+1)*m : (i+1)*m]
+	sum, filt := v[sumHead:sumHead+t.width:sumHead+t.width], v[sumHead+t.width:]
+	if !t.inline {
+		filt = c.filt[i*t.apart : (i+1)*t.apart : (i+1)*t.apart]
+	}
+	return sum, filt, c.marks[i*t.marks : (i+1)*t.marks : (i+1)*t.marks]
 }
 
-// put keeps sum and marks as the summary of key, unless another run got
-// there first (with the same values: they are drawn from the same seed).
-func (r *sumReader) put(key, check uint64, sum []uint64, marks []mark) {
+// put keeps sum, filt and marks as the summary of key, unless another run
+// got there first (with the same values: they are drawn from the same
+// seed).
+func (r *sumReader) put(key, check uint64, sum, filt []uint64, marks []mark) {
 	c := r.chunk(key, true)
+	t := r.t
 	i := int(key % sumChunkKeys)
-	w := sumHead + r.t.width
-	v := c.vals[i*w : (i+1)*w]
+	v := c.vals[i*t.row : (i+1)*t.row]
 	if !atomic.CompareAndSwapUint64(&v[0], slotEmpty, slotWriting) {
 		return
 	}
 	v[1] = check
 	copy(v[sumHead:], sum)
-	copy(c.marks[i*r.t.marks:(i+1)*r.t.marks], marks)
+	if t.inline {
+		copy(v[sumHead+t.width:], filt)
+	} else {
+		copy(c.filt[i*t.apart:(i+1)*t.apart], filt)
+	}
+	copy(c.marks[i*t.marks:(i+1)*t.marks], marks)
 	atomic.StoreUint64(&v[0], slotWritten)
 }
 

@@ -189,13 +189,13 @@ func (k *keyed) load(key, check uint64) {
 		return
 	}
 	k.parted = false
-	row, mark := k.rd.get(key, check)
-	if row != nil {
-		k.full, k.sum, k.filt, k.mark = nil, row[:w:w], row[w:], mark
+	sum, filt, mark := k.rd.get(key, check)
+	if sum != nil {
+		k.full, k.sum, k.filt, k.mark = nil, sum, filt, mark
 		return
 	}
 	k.draw()
-	k.rd.put(key, check, k.buf[k.n:k.n+w+k.words], k.marks)
+	k.rd.put(key, check, k.sum, k.filt, k.marks)
 }
 
 // draw draws the current key's values into buf, and their summary after

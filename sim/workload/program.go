@@ -160,7 +160,7 @@ func (f *File) workloads() ([]Workload, error) {
 				newDispatcher: newDispatcher,
 				newProgram: func(seed, _ uint64, d *dispatcher, draws *Draws) sim.Program {
 					p := &lcProgram{d: d, stream: h, steps: steps}
-					p.draws = newKeyed(shape, order, p.seed, draws.stream(streamID(lc.Name, false), len(shape)+words, marks))
+					p.draws = newKeyed(shape, order, p.seed, draws.stream(streamID(lc.Name, false), len(shape), words, marks))
 					return p
 				},
 			})
@@ -186,7 +186,7 @@ func (f *File) workloads() ([]Workload, error) {
 					shape, runs = append(shape, segment{off: every, n: 1}), append(runs, drawRun{gap, 1})
 				}
 				marks, words := placeMarks(shape, runs), placeFilters(shape)
-				p.draws = newKeyed(shape, runs, p.seed, draws.stream(streamID(be.Name, true), len(shape)+words, marks))
+				p.draws = newKeyed(shape, runs, p.seed, draws.stream(streamID(be.Name, true), len(shape), words, marks))
 				return p
 			},
 		})

@@ -575,19 +575,22 @@ be:
 // needs, frees what every reader has passed, and never holds more than
 // sumMaxChunks chunks.
 func TestSumTableFrees(t *testing.T) {
-	tb := &sumTable{width: 1, marks: 1, chunks: map[uint64]*sumChunk{}}
+	tb := &sumTable{}
+	tb.init(1, 1, 1)
 	fast, slow := tb.reader(), tb.reader()
-	put := func(r *sumReader, key uint64) { r.put(key, key, []uint64{key * 10}, []mark{{before: key}}) }
+	put := func(r *sumReader, key uint64) {
+		r.put(key, key, []uint64{key * 10}, []uint64{key * 3}, []mark{{before: key}})
+	}
 	for key := range uint64(10 * sumChunkKeys) {
 		put(fast, key)
 	}
 	if len(tb.chunks) != 10 {
 		t.Fatalf("%d chunks kept with a reader at the start, want 10", len(tb.chunks))
 	}
-	if v, m := slow.get(5, 5); len(v) != 1 || v[0] != 50 || len(m) != 1 || m[0].before != 5 {
-		t.Fatalf("slow reader got %v and marks %v for key 5, want [50] and a mark 5 ns in", v, m)
+	if v, f, m := slow.get(5, 5); len(v) != 1 || v[0] != 50 || len(f) != 1 || f[0] != 15 || len(m) != 1 || m[0].before != 5 {
+		t.Fatalf("slow reader got %v, filters %v and marks %v for key 5, want [50], [15] and a mark 5 ns in", v, f, m)
 	}
-	if v, _ := slow.get(5, 6); v != nil {
+	if v, _, _ := slow.get(5, 6); v != nil {
 		t.Fatalf("slow reader got %v for key 5 with another check, want nothing", v)
 	}
 	slow.get(3*sumChunkKeys, 3*sumChunkKeys)
@@ -603,11 +606,47 @@ func TestSumTableFrees(t *testing.T) {
 	if _, ok := tb.chunks[3]; ok {
 		t.Errorf("the slow reader's chunk, past the bound, is still kept")
 	}
-	if v, _ := slow.get(3*sumChunkKeys+1, 3*sumChunkKeys+1); len(v) != 1 || v[0] != (3*sumChunkKeys+1)*10 {
+	if v, _, _ := slow.get(3*sumChunkKeys+1, 3*sumChunkKeys+1); len(v) != 1 || v[0] != (3*sumChunkKeys+1)*10 {
 		t.Errorf("the slow reader lost the chunk it reads from: %v", v)
 	}
-	if v, _ := fast.get((sumMaxChunks+20)*sumChunkKeys-1, (sumMaxChunks+20)*sumChunkKeys-1); v == nil {
+	if v, _, _ := fast.get((sumMaxChunks+20)*sumChunkKeys-1, (sumMaxChunks+20)*sumChunkKeys-1); v == nil {
 		t.Errorf("the newest key is not kept")
+	}
+}
+
+// TestSumTableLayout: a slot keeps its filters inline where they fit in a
+// cache line with it, or where it is longer than one anyway, and apart
+// where they are what makes it longer; either way every key reads back
+// its own values, filters and marks.
+func TestSumTableLayout(t *testing.T) {
+	for _, c := range []struct {
+		width, words int
+		inline       bool
+	}{{1, 1, true}, {2, 4, true}, {1, 8, false}, {6, 1, false}, {7, 8, true}} {
+		tb := &sumTable{}
+		tb.init(c.width, c.words, 2)
+		if tb.inline != c.inline {
+			t.Errorf("width %d, %d words of filters: inline %v, want %v", c.width, c.words, tb.inline, c.inline)
+		}
+		w, r := tb.reader(), tb.reader()
+		val := func(key uint64, n, salt int) []uint64 {
+			v := make([]uint64, n)
+			for i := range v {
+				v[i] = key*1000 + uint64(salt*100+i)
+			}
+			return v
+		}
+		const keys = 3 * sumChunkKeys / 2
+		for key := range uint64(keys) {
+			w.put(key, key+7, val(key, c.width, 1), val(key, c.words, 2), []mark{{before: key}, {before: key + 1}})
+		}
+		for key := range uint64(keys) {
+			sum, filt, marks := r.get(key, key+7)
+			if !slices.Equal(sum, val(key, c.width, 1)) || !slices.Equal(filt, val(key, c.words, 2)) ||
+				len(marks) != 2 || marks[0].before != key || marks[1].before != key+1 {
+				t.Fatalf("width %d, %d words of filters, key %d: got %v, filters %v, marks %v", c.width, c.words, key, sum, filt, marks)
+			}
+		}
 	}
 }
 
