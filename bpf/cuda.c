@@ -1,3 +1,14 @@
+// The stops the gate has made and no opener has undone yet: tgid to the
+// process's start time (as gate_entry.start). A probe writes the record
+// before it sends SIGSTOP (see gate); an opener that finds the entry
+// marked stopped writes it again before it deletes the entry (an earlier
+// opener may have deleted the record of a later stop), and deletes it
+// only after its SIGCONT has gone out. So a process the gate stopped is,
+// at every moment, named stopped by its entry or listed here: an opener
+// killed between deleting the entry and continuing the process leaves the
+// record, and the fresh entry an armed request may write afterwards (not
+// marked stopped) hides nothing. Pinned by name beside launch_gate, for
+// the same reason.
 //go:build ignore
 
 // CUDA driver API capture: entry uprobes on the launch, copy and sync
@@ -275,6 +286,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } launch_gate SEC(".maps");
 
+// The stops the gate has made and nobody has undone yet: tgid to the
+// process's start time (as gate_entry.start). The probe that stops a
+// process writes its record before it marks the entry stopped; the opener
+// deletes it only after the SIGCONT has gone out. So a process the gate
+// stopped is, at every moment, named stopped by its entry or listed here,
+// or both: an opener killed between deleting the entry and continuing the
+// process leaves this record, and the entry an armed request may write
+// afterwards (not stopped) hides nothing. Pinned by name beside
+// launch_gate, for the same reason.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} gate_stops SEC(".maps");
+
 // Gates armed ahead of the daemon, by latency-critical process (tgid):
 // the launch or copy that opens one of its requests (see expedite) closes
 // the gates of the processes listed here at once, in the kernel, so that
@@ -314,8 +342,9 @@ struct {
 	__type(value, struct armed);
 } gate_armed SEC(".maps");
 
-// Signals the gate sent (index 0) and failed to send (index 1), and gates
-// closed by an armed request (index 2), per CPU.
+// Signals the gate sent (index 0) and failed to send or, with no room to
+// record the stop, did not send (index 1), and gates closed by an armed
+// request (index 2), per CPU.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 3);
@@ -512,9 +541,13 @@ static __always_inline __u64 current_cgroup(struct task_struct *t)
 // that fails where the entry is gone, atomic with the delete that opens
 // the gate: a probe racing an opening gate either marks the entry before
 // the delete (the opener then continues the process, once the probes in
-// flight have finished) or stops nothing. bpf_send_signal signals the
-// whole thread group; the calling thread stops before the launch reaches
-// the driver.
+// flight have finished) or stops nothing. An entry marked already
+// (another thread is stopping the process) is left as it is. Every probe
+// that goes on to stop the process first writes the stop's record in
+// gate_stops, and stops nothing where it cannot: an entry marked stopped
+// without a stop only earns a running process a SIGCONT. bpf_send_signal
+// signals the whole thread group; the calling thread stops before the
+// launch reaches the driver.
 static __always_inline void gate(__u32 tgid)
 {
 	if (!gate_enabled)
@@ -527,9 +560,11 @@ static __always_inline void gate(__u32 tgid)
 	if (start - start % TICK_NS != g->start)
 		return;
 	struct gate_entry stopped = { .start = g->start, .stopped = 1, .armed_at = g->armed_at };
-	if (bpf_map_update_elem(&launch_gate, &tgid, &stopped, BPF_EXIST) != 0)
+	if (!g->stopped && bpf_map_update_elem(&launch_gate, &tgid, &stopped, BPF_EXIST) != 0)
 		return;
-	__u32 slot = bpf_send_signal(SIGSTOP) == 0 ? 0 : 1;
+	__u32 slot = 1;
+	if (bpf_map_update_elem(&gate_stops, &tgid, &stopped.start, BPF_ANY) == 0)
+		slot = bpf_send_signal(SIGSTOP) == 0 ? 0 : 1;
 	__u64 *n = bpf_map_lookup_elem(&gate_signals, &slot);
 	if (n)
 		*n += 1;
@@ -796,6 +831,7 @@ int sched_exit(void *ctx)
 	// Its gate, its expediting and its armed gates go with it, traced or
 	// not.
 	bpf_map_delete_elem(&launch_gate, &tgid);
+	bpf_map_delete_elem(&gate_stops, &tgid);
 	if (expedite_listed) {
 		bpf_map_delete_elem(&expedite, &tgid);
 		bpf_map_delete_elem(&gate_armed, &tgid);

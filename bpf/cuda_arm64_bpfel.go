@@ -74,6 +74,7 @@ const (
 	CudaMapFilterTgids          = "filter_tgids"
 	CudaMapGateArmed            = "gate_armed"
 	CudaMapGateSignals          = "gate_signals"
+	CudaMapGateStops            = "gate_stops"
 	CudaMapLaunchGate           = "launch_gate"
 	CudaMapSyncEntries          = "sync_entries"
 	CudaMapSyncSlots            = "sync_slots"
@@ -176,6 +177,7 @@ type CudaMapSpecs struct {
 	FilterTgids   *ebpf.MapSpec `ebpf:"filter_tgids"`
 	GateArmed     *ebpf.MapSpec `ebpf:"gate_armed"`
 	GateSignals   *ebpf.MapSpec `ebpf:"gate_signals"`
+	GateStops     *ebpf.MapSpec `ebpf:"gate_stops"`
 	LaunchGate    *ebpf.MapSpec `ebpf:"launch_gate"`
 	SyncEntries   *ebpf.MapSpec `ebpf:"sync_entries"`
 	SyncSlots     *ebpf.MapSpec `ebpf:"sync_slots"`
@@ -224,6 +226,7 @@ type CudaMaps struct {
 	FilterTgids   *ebpf.Map `ebpf:"filter_tgids"`
 	GateArmed     *ebpf.Map `ebpf:"gate_armed"`
 	GateSignals   *ebpf.Map `ebpf:"gate_signals"`
+	GateStops     *ebpf.Map `ebpf:"gate_stops"`
 	LaunchGate    *ebpf.Map `ebpf:"launch_gate"`
 	SyncEntries   *ebpf.Map `ebpf:"sync_entries"`
 	SyncSlots     *ebpf.Map `ebpf:"sync_slots"`
@@ -238,6 +241,7 @@ func (m *CudaMaps) Close() error {
 		m.FilterTgids,
 		m.GateArmed,
 		m.GateSignals,
+		m.GateStops,
 		m.LaunchGate,
 		m.SyncEntries,
 		m.SyncSlots,

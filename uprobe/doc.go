@@ -27,9 +27,10 @@
 // The launch probes also hold the launch gate (Gate, from Tracer.Gate): a
 // gated process is stopped with SIGSTOP by its own launch probe at its next
 // kernel launch, and continued when its gate opens, only if the gate
-// stopped it. The gate's map can be pinned (Options.GatePinDir) so that a
+// stopped it. The gate's maps can be pinned (Options.GatePinDir) so that a
 // restarted daemon, or `arbiter recover` (OpenGate), finds the processes a
-// killed one left gated.
+// killed one left gated, and those it left stopped while it opened their
+// gates.
 //
 // Decode is pure and needs no privileges; everything else needs CAP_BPF and
 // CAP_PERFMON (or root) and a kernel with BPF cookies (5.15+).

@@ -23,6 +23,10 @@ const DefaultGatePinDir = "/sys/fs/bpf/arbiter"
 // GateMapName is the file name of the pinned gate map in its directory.
 const GateMapName = bpf.CudaMapLaunchGate
 
+// StopsMapName is the file name, beside the gate's, of the pinned map of
+// the stops the gate made and has not undone yet (see Gate).
+const StopsMapName = bpf.CudaMapGateStops
+
 // ErrNoGate is returned by OpenGate where no gate is pinned: nothing was
 // ever gated there, or the last user cleaned up. It wraps os.ErrNotExist.
 var ErrNoGate = fmt.Errorf("no launch gate pinned: %w", os.ErrNotExist)
@@ -48,9 +52,14 @@ const tickNs = 10_000_000
 // The entries live in a BPF map that can be pinned (Options.GatePinDir)
 // so that they outlive the daemon: a restarted daemon finds them (Gated),
 // and `arbiter recover`, run by the service manager after the daemon
-// stopped, releases them (OpenGate, ReleaseAll).
+// stopped, releases them (OpenGate, ReleaseAll). Beside it, pinned with
+// it, a second map records each stop the gate made until the process has
+// been continued (bpf/cuda.c, gate_stops): a daemon killed between opening
+// a gate and continuing its process leaves that record, and ReleaseAll
+// continues the process by it.
 type Gate struct {
 	entries  *ebpf.Map
+	stops    *ebpf.Map // gate_stops; nil for a gate pinned without it
 	signals  *ebpf.Map // nil for a gate opened from its pin
 	armed    *ebpf.Map // gate_armed; nil for a gate opened from its pin
 	procRoot string
@@ -92,8 +101,8 @@ type Release struct {
 }
 
 // newGate returns the gate on a tracer's loaded maps.
-func newGate(entries, signals, armed *ebpf.Map, procRoot string, probed func(pid uint32, start uint64) error) *Gate {
-	return &Gate{entries: entries, signals: signals, armed: armed, procRoot: procRoot, probed: probed, held: map[uint32]struct{}{}}
+func newGate(entries, stops, signals, armed *ebpf.Map, procRoot string, probed func(pid uint32, start uint64) error) *Gate {
+	return &Gate{entries: entries, stops: stops, signals: signals, armed: armed, procRoot: procRoot, probed: probed, held: map[uint32]struct{}{}}
 }
 
 // OpenGate opens the gate pinned in dir (empty: DefaultGatePinDir) in
@@ -153,9 +162,10 @@ func (g *Gate) Gate(pid uint32) error {
 // Ungate opens pid's gate. The entry is deleted first, so that no probe
 // stops the process again; then, if a probe had stopped it, SIGCONT is
 // sent, once no probe that could still stop it is in flight, through a
-// pidfd and only to the process that was gated (same start time). A process stopped by
-// anyone else (a job stopped with Ctrl-Z, a debugger) stays stopped.
-// Ungating an open gate, or a process that has exited, is a no-op.
+// pidfd and only to the process that was gated (same start time). A
+// process stopped by anyone else (a job stopped with Ctrl-Z, a debugger)
+// stays stopped. Ungating an open gate, or a process that has exited, is a
+// no-op.
 func (g *Gate) Ungate(pid uint32) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -182,18 +192,21 @@ func (g *Gate) Gated() ([]GatedProcess, error) {
 	return out, nil
 }
 
-// ReleaseAll opens every gate, as Ungate does each, and says what it did
-// for each process. It goes on past failures; the error joins them all.
+// ReleaseAll opens every gate, as Ungate does each, and continues every
+// process a stop record names whose gate is open already (its opener was
+// killed before it continued it). It says what it did for each process,
+// and goes on past failures; the error joins them all.
 func (g *Gate) ReleaseAll() ([]Release, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.openWhere(func(uint32, []byte) bool { return true })
+	return g.openWhere(func(uint32, []byte) bool { return true }, true)
 }
 
 // openWhere opens the gate of every process in the map for which which
-// (given the pid and the entry's value) is true, as Ungate does each,
-// going on past failures. g.mu is held.
-func (g *Gate) openWhere(which func(pid uint32, v []byte) bool) ([]Release, error) {
+// (given the pid and the entry's value) is true and, where records is
+// set, of every process a stop record names, as Ungate does each, going
+// on past failures. g.mu is held.
+func (g *Gate) openWhere(which func(pid uint32, v []byte) bool, records bool) ([]Release, error) {
 	var pids []uint32
 	var pid uint32
 	var v []byte
@@ -206,6 +219,18 @@ func (g *Gate) openWhere(which func(pid uint32, v []byte) bool) ([]Release, erro
 	var errs []error
 	if err := it.Err(); err != nil {
 		errs = append(errs, fmt.Errorf("list gated processes: %w", err))
+	}
+	if records {
+		recs, err := g.stopRecords()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, pid := range pids {
+			delete(recs, pid)
+		}
+		for pid := range recs {
+			pids = append(pids, pid)
+		}
 	}
 	var out []Release
 	for _, pid := range pids {
@@ -249,9 +274,9 @@ func (g *Gate) counter(slot uint32) uint64 {
 	return n
 }
 
-// Unpin removes the gate's pin: the map goes once no tracer uses it.
-// Where entries remain, it refuses, so that no stopped process is
-// forgotten: ReleaseAll first.
+// Unpin removes the pins of the gate and of its stop records: the maps go
+// once no tracer uses them. Where entries or records remain, it refuses,
+// so that no stopped process is forgotten: ReleaseAll first.
 func (g *Gate) Unpin() error {
 	left, err := g.Gated()
 	if err != nil {
@@ -260,10 +285,41 @@ func (g *Gate) Unpin() error {
 	if len(left) > 0 {
 		return fmt.Errorf("unpin the launch gate: %d processes still gated (release them first)", len(left))
 	}
+	recs, err := g.stopRecords()
+	if err != nil {
+		return fmt.Errorf("unpin the launch gate: %w", err)
+	}
+	if len(recs) > 0 {
+		return fmt.Errorf("unpin the launch gate: %d processes it stopped not yet continued (release them first)", len(recs))
+	}
 	if err := g.entries.Unpin(); err != nil {
 		return fmt.Errorf("unpin the launch gate: %w", err)
 	}
+	if g.stops != nil {
+		if err := g.stops.Unpin(); err != nil {
+			return fmt.Errorf("unpin the launch gate's stop records: %w", err)
+		}
+	}
 	return nil
+}
+
+// stopRecords returns the stop records, pid to start time in ns (none
+// for a gate pinned without them).
+func (g *Gate) stopRecords() (map[uint32]uint64, error) {
+	out := map[uint32]uint64{}
+	if g.stops == nil {
+		return out, nil
+	}
+	var pid uint32
+	var start uint64
+	it := g.stops.Iterate()
+	for it.Next(&pid, &start) {
+		out[pid] = start
+	}
+	if err := it.Err(); err != nil {
+		return out, fmt.Errorf("list the gate's stop records: %w", err)
+	}
+	return out, nil
 }
 
 // Close releases a gate opened with OpenGate, and the barrier's maps. It
@@ -281,27 +337,65 @@ func (g *Gate) Close() error {
 		errs = append(errs, g.entries.Close())
 		g.entries = nil
 	}
+	if g.owned && g.stops != nil {
+		errs = append(errs, g.stops.Close())
+		g.stops = nil
+	}
 	return errors.Join(errs...)
 }
 
 // open deletes pid's entry and continues the process if the gate stopped
-// it. It returns a zero Release where pid had no entry, and an error only
-// where the entry could not be removed; a failure to continue is the
-// Release's Err.
+// it: the entry says so, or a stop record does (an opener killed before
+// it continued the process left one). It returns a zero Release where pid
+// had neither, and an error only where the entry could not be removed; a
+// failure to continue is the Release's Err.
+//
+// The stop record outlives the entry (bpf/cuda.c, gate_stops): an entry
+// marked stopped gets its record again before it is deleted, and the
+// record is deleted only once the SIGCONT has gone out, so that a daemon
+// killed at any point of this leaves the stop findable.
 func (g *Gate) open(pid uint32) (Release, error) {
 	// No longer held, whatever the map says: an entry the exit
 	// tracepoint dropped leaves nothing to open, and a later process
 	// with the pid is not held by this one's Gate.
 	delete(g.held, pid)
 	var v []byte
-	if err := g.entries.LookupAndDelete(pid, &v); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Release{}, nil
-		}
-		return Release{}, fmt.Errorf("ungate process %d: remove its gate entry: %w", pid, err)
+	err := g.entries.Lookup(pid, &v)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return Release{}, fmt.Errorf("ungate process %d: read its gate entry: %w", pid, err)
 	}
-	e := decodeGateValue(v)
-	r := Release{GatedProcess: GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0}}
+	var r Release
+	if err == nil {
+		// Marked stopped stays marked until deleted, so the record
+		// written now cannot come too late. It guards against being
+		// killed in the next milliseconds; where there is no room for it
+		// (as many stops pending as the map holds), opening the gate
+		// without it is still safer than leaving the process stopped.
+		if e := decodeGateValue(v); e.Stopped != 0 && g.stops != nil {
+			_ = g.stops.Put(pid, e.Start)
+		}
+		err = g.entries.LookupAndDelete(pid, &v)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return Release{}, fmt.Errorf("ungate process %d: remove its gate entry: %w", pid, err)
+		}
+		if err == nil {
+			e := decodeGateValue(v)
+			r = Release{GatedProcess: GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0}}
+		}
+	}
+	if !r.Stopped && g.stops != nil {
+		var start uint64
+		err := g.stops.Lookup(pid, &start)
+		switch {
+		case err == nil:
+			r.GatedProcess = GatedProcess{PID: pid, Start: start / tickNs, Stopped: true}
+		case !errors.Is(err, ebpf.ErrKeyNotExist) && r.PID != 0:
+			r.Err = fmt.Errorf("ungate process %d: read its stop record: %w", pid, err)
+			return r, nil
+		case !errors.Is(err, ebpf.ErrKeyNotExist):
+			return Release{}, fmt.Errorf("ungate process %d: read its stop record: %w", pid, err)
+		}
+	}
 	if !r.Stopped {
 		return r, nil
 	}
@@ -309,15 +403,24 @@ func (g *Gate) open(pid uint32) (Release, error) {
 	// its SIGSTOP yet: a SIGCONT sent first would be undone by it. The
 	// probe runs in a thread of the process, so where every thread is
 	// stopped none is in a probe (and none can reach one again before it
-	// is continued, by when the entry is gone); otherwise wait for the
-	// probes in flight, which takes milliseconds.
-	if !threadsStopped(g.procRoot, pid) {
+	// is continued, by when the entry is gone); otherwise, unless the
+	// process is gone, wait for the probes in flight, which takes
+	// milliseconds.
+	if !threadsStopped(g.procRoot, pid) && !gone(g.procRoot, pid, r.Start) {
 		if err := g.waitProbes(); err != nil {
 			r.Err = fmt.Errorf("ungate process %d: %w", pid, err)
 			return r, nil
 		}
 	}
 	r.Continued, r.Gone, r.Err = continueProcess(g.procRoot, pid, r.Start)
+	if r.Err == nil && g.stops != nil {
+		// Continued, or gone: the record has done its work. (A record of
+		// a later stop, written since the SIGCONT, may go with it: that
+		// stop's entry is marked, and its opener records it again.)
+		if err := g.stops.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			r.Err = fmt.Errorf("ungate process %d: continued, but its stop record stays (a later release sends it SIGCONT again): %w", pid, err)
+		}
+	}
 	return r, nil
 }
 
@@ -363,6 +466,13 @@ func continueProcess(procRoot string, pid uint32, start uint64) (continued, gone
 		return false, false, fmt.Errorf("continue process %d: SIGCONT: %w", pid, err)
 	}
 	return true, false, nil
+}
+
+// gone reports whether pid has exited or names another process than the
+// one that started at start (clock ticks).
+func gone(procRoot string, pid uint32, start uint64) bool {
+	now, err := procStart(procRoot, pid)
+	return errors.Is(err, os.ErrNotExist) || (err == nil && now != start)
 }
 
 // threadsStopped reports whether every thread of pid is stopped (state T

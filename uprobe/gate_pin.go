@@ -20,6 +20,10 @@ import (
 // (start time in ns, u64; stopped flag, u32), so that any build can
 // release a gate of any format: a daemon or `arbiter recover` of an older
 // build, after a downgrade, still continues what a newer one stopped.
+//
+// The stop records (StopsMapName) are pinned beside the gate of this
+// format and read only with it; a gate pinned without them (by an earlier
+// build) opens without them.
 const GateFormat = 1
 
 // GatePin is a launch gate pinned in a directory, of any format.
@@ -106,5 +110,31 @@ func OpenGatePin(p GatePin) (*Gate, error) {
 		return nil, fmt.Errorf("open the pinned launch gate %s (format version %d): a %v map with %d-byte keys and %d-byte values, not the hash of 4-byte process ids with values of at least %d bytes every gate format keeps: this build cannot release it; run `arbiter recover` of the version that pinned it",
 			p.Path, p.Format, m.Type(), m.KeySize(), m.ValueSize(), gatePrefixSize)
 	}
-	return &Gate{entries: m, procRoot: DefaultProcRoot, owned: true, held: map[uint32]struct{}{}}, nil
+	g := &Gate{entries: m, procRoot: DefaultProcRoot, owned: true, held: map[uint32]struct{}{}}
+	if p.Format == GateFormat {
+		if g.stops, err = openStops(filepath.Join(filepath.Dir(p.Path), StopsMapName)); err != nil {
+			m.Close()
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// openStops opens the gate's stop records pinned at path (see Gate): nil
+// where none are pinned there, as a build that pinned the gate alone
+// left it.
+func openStops(path string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the launch gate's pinned stop records %s (needs CAP_BPF, or root): %w", path, err)
+	}
+	if m.Type() != ebpf.Hash || m.KeySize() != 4 || m.ValueSize() != 8 {
+		m.Close()
+		return nil, fmt.Errorf("open the launch gate's pinned stop records %s: a %v map with %d-byte keys and %d-byte values, want a hash of 4-byte process ids and 8-byte start times (written by another build of Arbiter? remove the pin once no process is stopped)",
+			path, m.Type(), m.KeySize(), m.ValueSize())
+	}
+	return m, nil
 }

@@ -113,16 +113,21 @@ func (l *attachedLibrary) probesLaunch() bool {
 	return slices.ContainsFunc(l.probes, func(p Probe) bool { return p.Func.Info().Kind == trace.KindLaunch })
 }
 
-// gatePinning prepares the gate map's pinning: by name in dir, which must
-// be on a BPF filesystem (created if missing), or none where dir is empty.
-// It returns the load options.
+// gatePinning prepares the pinning of the gate's maps (the gate and its
+// stop records): by name in dir, which must be on a BPF filesystem
+// (created if missing), or none where dir is empty. It returns the load
+// options.
 func gatePinning(spec *ebpf.CollectionSpec, dir string) (*ebpf.CollectionOptions, error) {
-	m := spec.Maps[bpf.CudaMapLaunchGate]
+	pin := ebpf.PinByName
 	if dir == "" {
-		m.Pinning = ebpf.PinNone
+		pin = ebpf.PinNone
+	}
+	for _, name := range []string{bpf.CudaMapLaunchGate, bpf.CudaMapGateStops} {
+		spec.Maps[name].Pinning = pin
+	}
+	if dir == "" {
 		return nil, nil
 	}
-	m.Pinning = ebpf.PinByName
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("launch gate pin directory: %w", err)
 	}

@@ -137,7 +137,8 @@ type Stats struct {
 	// Libraries are the libcuda files currently attached.
 	Libraries []Library
 	// GateSignals counts the SIGSTOPs the launch gate sent,
-	// GateSignalErrors those it failed to send.
+	// GateSignalErrors those it failed to send or, with no room left to
+	// record the stop (Gate), did not send.
 	GateSignals, GateSignalErrors uint64
 	// GateArmedCloses counts the gates closed in the kernel by the call
 	// opening a request they were armed for (Gate.Arm).
@@ -284,7 +285,7 @@ func Open(opts *Options) (*Tracer, error) {
 	if t.objs, err = load(spec, o.singleProbes, loadOpts); err != nil {
 		return nil, err
 	}
-	t.gate = newGate(t.objs.maps.LaunchGate, t.objs.maps.GateSignals, t.objs.maps.GateArmed, o.ProcRoot, t.launchProbedAt)
+	t.gate = newGate(t.objs.maps.LaunchGate, t.objs.maps.GateStops, t.objs.maps.GateSignals, t.objs.maps.GateArmed, o.ProcRoot, t.launchProbedAt)
 	fail := func(err error) (*Tracer, error) {
 		return nil, errors.Join(err, t.Close())
 	}

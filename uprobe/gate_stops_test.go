@@ -1,0 +1,214 @@
+// Tests with real eBPF of the gate's stop records: the record of a stop
+// outlives an opener killed before it continued the process, a probe
+// stops nothing it cannot record, and the exit tracepoint drops a leaving
+// process's record.
+
+package uprobe
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// stopRecord returns pid's stop record (its start time in ns) and whether
+// it has one.
+func stopRecord(t *testing.T, tr *Tracer, pid uint32) (uint64, bool) {
+	t.Helper()
+	var start uint64
+	err := tr.objs.maps.GateStops.Lookup(pid, &start)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return 0, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start, true
+}
+
+// TestKilledOpenerLeavesStopRecord replays a daemon killed while it opened
+// the gate of a process an armed request had stopped: it had deleted the
+// gate entry and not yet sent SIGCONT. The next request, its probes still
+// attached, closes the gate again with a fresh entry, not marked stopped,
+// since the process is stopped and cannot reach its probe. Releasing the
+// pinned gate, as `arbiter recover` does, must continue the process all
+// the same: the probe recorded the stop, and the record outlived the
+// entry.
+func TestKilledOpenerLeavesStopRecord(t *testing.T) {
+	const gap = 300 * time.Millisecond
+	be, lc, o := armedPair(t, gap)
+	dir := filepath.Join(mountBPFFS(t), "arbiter")
+	o.GatePinDir = dir
+	tr := openTracer(t, o)
+	log := logLaunches(tr, be)
+	log.waitLaunchAfter(t, 0, "before arming")
+	if err := tr.Expedite(lc.pid, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Gate().Arm(lc.pid, []uint32{be}, false); err != nil {
+		t.Fatal(err)
+	}
+	start, err := procStart(DefaultProcRoot, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	lc.send(t, "launch 1")
+	lc.line(t)
+	waitState(t, be, true, "stopped by the armed request")
+	if rec, ok := stopRecord(t, tr, be); !ok || rec != start*tickNs {
+		t.Fatalf("stop record of the stopped process: %d, %v; want its start time %d", rec, ok, start*tickNs)
+	}
+
+	// The opener's first step, and its last before it was killed.
+	if err := tr.objs.maps.LaunchGate.Delete(be); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(gap + 50*time.Millisecond)
+	lc.send(t, "launch 1")
+	lc.line(t)
+	gated, err := tr.Gate().Gated()
+	if err != nil || len(gated) != 1 || gated[0].PID != be || gated[0].Stopped {
+		t.Fatalf("after the next request: Gated() = %+v, %v; want %d closed again, not marked stopped", gated, err, be)
+	}
+	if procState(t, be) != 'T' {
+		t.Fatal("the process is no longer stopped: the replay does not hold")
+	}
+
+	pinned, err := OpenGate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	if err := tr.Gate().Arm(lc.pid, nil, false); err != nil { // the daemon's probes went with it
+		t.Fatal(err)
+	}
+	rels, err := pinned.ReleaseAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rels) != 1 || rels[0].PID != be || rels[0].Start != start || !rels[0].Stopped || !rels[0].Continued {
+		t.Fatalf("ReleaseAll: %+v; want process %d (start %d) continued", rels, be, start)
+	}
+	waitState(t, be, false, "released")
+	if _, ok := stopRecord(t, tr, be); ok {
+		t.Error("the stop record outlived the SIGCONT")
+	}
+	if err := pinned.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{GateMapName, StopsMapName} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still pinned after Unpin: %v", name, err)
+		}
+	}
+}
+
+// TestReleaseByRecordAlone: a stop record whose entry is gone (the opener
+// was killed after deleting it, and no request closed the gate again)
+// still gets its process continued, and Unpin refuses while a record is
+// left.
+func TestReleaseByRecordAlone(t *testing.T) {
+	r := newRig(t)
+	be := startTrain(t, r)
+	dir := filepath.Join(mountBPFFS(t), "arbiter")
+	o := r.options()
+	o.PIDs = []uint32{be}
+	o.GatePinDir = dir
+	tr := openTracer(t, o)
+	logLaunches(tr, be).waitLaunchAfter(t, 0, "before gating")
+	if err := tr.Gate().Gate(be); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, be, true, "gated")
+	if err := tr.objs.maps.LaunchGate.Delete(be); err != nil {
+		t.Fatal(err)
+	}
+	pinned, err := OpenGate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	if err := pinned.Unpin(); err == nil {
+		t.Error("Unpin with a stop record left succeeded")
+	}
+	rels, err := pinned.ReleaseAll()
+	if err != nil || len(rels) != 1 || rels[0].PID != be || !rels[0].Stopped || !rels[0].Continued {
+		t.Fatalf("ReleaseAll: %+v, %v; want process %d continued", rels, err, be)
+	}
+	waitState(t, be, false, "released by its record")
+}
+
+// TestUnrecordedStopNotMade: a probe that finds no room to record a stop
+// sends no SIGSTOP, and counts it as a signal not sent; once there is
+// room again, the gate stops the process.
+func TestUnrecordedStopNotMade(t *testing.T) {
+	be, tr, log := tracedTrain(t, "before gating")
+	stops := tr.objs.maps.GateStops
+	// Keys no process has: above the kernel's largest pid_max.
+	const fake = 1 << 23
+	n := int(stops.MaxEntries())
+	for i := range n {
+		if err := stops.Put(uint32(fake+i), uint64(i)); err != nil {
+			t.Fatalf("fill the stop records (%d of %d): %v", i, n, err)
+		}
+	}
+	g := tr.Gate()
+	before := tr.Stats().GateSignalErrors
+	if err := g.Gate(be); err != nil {
+		t.Fatal(err)
+	}
+	from := monotonic(t)
+	staysState(t, be, false, 300*time.Millisecond, "gated with no room to record a stop")
+	if s := tr.Stats(); s.GateSignalErrors == before {
+		t.Errorf("no stop counted as not sent (%d before, %d after)", before, s.GateSignalErrors)
+	}
+	if err := g.Ungate(be); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := stops.Delete(uint32(fake + i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log.waitLaunchAfter(t, from, "after Ungate")
+	if err := g.Gate(be); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, be, true, "gated with room again")
+	if err := g.Ungate(be); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, be, false, "ungated")
+}
+
+// TestExitDropsStopRecord: a gated process killed while stopped leaves no
+// stop record behind.
+func TestExitDropsStopRecord(t *testing.T) {
+	be, tr, _ := tracedTrain(t, "before gating")
+	if err := tr.Gate().Gate(be); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, be, true, "gated")
+	if _, ok := stopRecord(t, tr, be); !ok {
+		t.Fatal("no stop record for the stopped process")
+	}
+	p, err := os.FindProcess(int(be))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := stopRecord(t, tr, be); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the exit tracepoint did not drop the killed process's stop record")
+		}
+	}
+}
