@@ -476,7 +476,7 @@ func newFixture(t testing.TB, n int, lim Limits) *fixture {
 			{Index: 1, UUID: "GPU-bbbb", Name: "NVIDIA H100", MemoryBytes: 80 << 30}},
 			Levels: []LevelSupport{{Level: sched.LevelSuspend, Supported: false, Reason: "no GPU"}}},
 		Capture: func() CaptureStats {
-			return CaptureStats{Events: 10, Dropped: 1, DecodeErrors: 2, GateStops: 3, GateArmedCloses: 4}
+			return CaptureStats{Events: 10, Dropped: 1, DecodeErrors: 2, GateStops: 3, GateStopFailures: 5, GateArmedCloses: 4}
 		}})
 	if err != nil {
 		t.Fatal(err)

@@ -142,6 +142,7 @@ func metricFamilies() []metric {
 		{"arbiter_capture_dropped_events_total", "Events lost because the ring buffer was full.", noLabels},
 		{"arbiter_capture_decode_errors_total", "Event records that did not decode.", noLabels},
 		{"arbiter_gate_stops_total", "Processes the launch gate's probes stopped at a launch.", noLabels},
+		{"arbiter_gate_stop_failures_total", "Stops the launch gate's probes did not make: the signal failed, or there was no room to record the stop.", noLabels},
 		{"arbiter_gate_armed_closes_total", "Launch gates closed in the kernel by the call that opened an armed latency-critical request.", noLabels},
 		{"arbiter_policy_info", "Always 1; the revision of the policy in force.", []string{"revision"}},
 		{"arbiter_policy_reloads_total", "Policies applied since the daemon started.", noLabels},
@@ -206,6 +207,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter("arbiter_capture_dropped_events_total", cs.Dropped)
 		counter("arbiter_capture_decode_errors_total", cs.DecodeErrors)
 		counter("arbiter_gate_stops_total", cs.GateStops)
+		counter("arbiter_gate_stop_failures_total", cs.GateStopFailures)
 		counter("arbiter_gate_armed_closes_total", cs.GateArmedCloses)
 	}
 	if s.opts.Policy != nil {

@@ -66,7 +66,7 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("no %s", name)
 		}
 	}
-	for name, want := range map[string]float64{"arbiter_gate_stops_total": 3, "arbiter_gate_armed_closes_total": 4} {
+	for name, want := range map[string]float64{"arbiter_gate_stops_total": 3, "arbiter_gate_stop_failures_total": 5, "arbiter_gate_armed_closes_total": 4} {
 		if mf := fams[name]; mf == nil || len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetCounter().GetValue() != want {
 			t.Errorf("%s: %v, want one counter at %v", name, mf, want)
 		}
@@ -268,7 +268,7 @@ func TestAlertRules(t *testing.T) {
 		"ArbiterSLOBurnRateFast":         {"14.4", "ratio_rate1h", "ratio_rate5m"},
 		"ArbiterSLOBurnRateSlow":         {"6 *", "ratio_rate6h", "ratio_rate30m"},
 		"ArbiterDown":                    {"up{"},
-		"ArbiterEnforcementFailing":      {"arbiter_enforcement_failures_total"},
+		"ArbiterEnforcementFailing":      {"arbiter_enforcement_failures_total", "arbiter_gate_stop_failures_total"},
 		"ArbiterPolicyReloadFailing":     {"arbiter_policy_last_reload_success"},
 		"ArbiterPolicyBundleUnreachable": {"arbiter_policy_bundle_consecutive_failures"},
 		"ArbiterPolicyObserveOnly":       {`arbiter_policy_bundle_info{origin="fallback"}`},

@@ -37,10 +37,11 @@ type HistogramSource interface {
 // CaptureStats counts what the event capture (the eBPF tracer) saw: events
 // read, events dropped because the ring buffer was full, and records that
 // did not decode; and what its launch gate did in the kernel: processes
-// stopped at a launch, and gates closed by armed requests.
+// stopped at a launch, stops not made (the signal failed, or there was no
+// room to record the stop), and gates closed by armed requests.
 type CaptureStats struct {
-	Events, Dropped, DecodeErrors uint64
-	GateStops, GateArmedCloses    uint64
+	Events, Dropped, DecodeErrors                uint64
+	GateStops, GateStopFailures, GateArmedCloses uint64
 }
 
 // Options configures a Server.

@@ -57,7 +57,7 @@ func (d *daemon) serveAPI(node *nodeInfo) (*apiServer, error) {
 		Capture: func() web.CaptureStats {
 			st := d.tracer.Stats()
 			return web.CaptureStats{Events: st.Events, Dropped: st.Drops, DecodeErrors: st.DecodeErrors,
-				GateStops: st.GateSignals, GateArmedCloses: st.GateArmedCloses}
+				GateStops: st.GateSignals, GateStopFailures: st.GateSignalErrors, GateArmedCloses: st.GateArmedCloses}
 		},
 	})
 	if err != nil {
