@@ -169,7 +169,7 @@ func (g *Gate) Gate(pid uint32) error {
 func (g *Gate) Ungate(pid uint32) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	r, err := g.open(pid)
+	r, err := g.open(pid, false)
 	if err != nil {
 		return err
 	}
@@ -234,7 +234,7 @@ func (g *Gate) openWhere(which func(pid uint32, v []byte) bool, records bool) ([
 	}
 	var out []Release
 	for _, pid := range pids {
-		r, err := g.open(pid)
+		r, err := g.open(pid, records)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -345,16 +345,21 @@ func (g *Gate) Close() error {
 }
 
 // open deletes pid's entry and continues the process if the gate stopped
-// it: the entry says so, or a stop record does (an opener killed before
-// it continued the process left one). It returns a zero Release where pid
-// had neither, and an error only where the entry could not be removed; a
-// failure to continue is the Release's Err.
+// it: the entry says so or, with records, a stop record does (an opener
+// killed before it continued the process left one). It returns a zero
+// Release where pid had neither, and an error only where the entry could
+// not be removed; a failure to continue is the Release's Err.
+//
+// A daemon releases every record at its start (ReleaseAll), and while it
+// runs a stop the gate makes is named by its entry until its own opener
+// continues it; so Ungate and Settle leave the records out, and spare
+// themselves a lookup per gate.
 //
 // The stop record outlives the entry (bpf/cuda.c, gate_stops): an entry
 // marked stopped gets its record again before it is deleted, and the
 // record is deleted only once the SIGCONT has gone out, so that a daemon
 // killed at any point of this leaves the stop findable.
-func (g *Gate) open(pid uint32) (Release, error) {
+func (g *Gate) open(pid uint32, records bool) (Release, error) {
 	// No longer held, whatever the map says: an entry the exit
 	// tracepoint dropped leaves nothing to open, and a later process
 	// with the pid is not held by this one's Gate.
@@ -383,7 +388,7 @@ func (g *Gate) open(pid uint32) (Release, error) {
 			r = Release{GatedProcess: GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0}}
 		}
 	}
-	if !r.Stopped && g.stops != nil {
+	if !r.Stopped && records && g.stops != nil {
 		var start uint64
 		err := g.stops.Lookup(pid, &start)
 		switch {
