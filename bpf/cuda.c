@@ -541,11 +541,13 @@ static __always_inline __u64 current_cgroup(struct task_struct *t)
 // that fails where the entry is gone, atomic with the delete that opens
 // the gate: a probe racing an opening gate either marks the entry before
 // the delete (the opener then continues the process, once the probes in
-// flight have finished) or stops nothing. An entry marked already
-// (another thread is stopping the process) is left as it is. Every probe
-// that goes on to stop the process first writes the stop's record in
-// gate_stops, and stops nothing where it cannot: an entry marked stopped
-// without a stop only earns a running process a SIGCONT. bpf_send_signal
+// flight have finished) or stops nothing; a probe that finds the entry
+// marked already (another thread is stopping the process) marks it again,
+// for that check, since the element it looked up may have been deleted
+// and reused for another process meanwhile. Every probe that goes on to
+// stop the process then writes the stop's record in gate_stops, and
+// stops nothing where it cannot: an entry marked stopped without a stop
+// only earns a running process a SIGCONT. bpf_send_signal
 // signals the whole thread group; the calling thread stops before the
 // launch reaches the driver.
 static __always_inline void gate(__u32 tgid)
@@ -560,7 +562,7 @@ static __always_inline void gate(__u32 tgid)
 	if (start - start % TICK_NS != g->start)
 		return;
 	struct gate_entry stopped = { .start = g->start, .stopped = 1, .armed_at = g->armed_at };
-	if (!g->stopped && bpf_map_update_elem(&launch_gate, &tgid, &stopped, BPF_EXIST) != 0)
+	if (bpf_map_update_elem(&launch_gate, &tgid, &stopped, BPF_EXIST) != 0)
 		return;
 	__u32 slot = 1;
 	if (bpf_map_update_elem(&gate_stops, &tgid, &stopped.start, BPF_ANY) == 0)

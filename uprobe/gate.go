@@ -58,11 +58,17 @@ const tickNs = 10_000_000
 // a gate and continuing its process leaves that record, and ReleaseAll
 // continues the process by it.
 type Gate struct {
-	entries  *ebpf.Map
-	stops    *ebpf.Map // gate_stops; nil for a gate pinned without it
-	signals  *ebpf.Map // nil for a gate opened from its pin
-	armed    *ebpf.Map // gate_armed; nil for a gate opened from its pin
-	procRoot string
+	entries *ebpf.Map
+	stops   *ebpf.Map // gate_stops; nil for a gate pinned without it
+	// stopsErr is why a pinned gate was opened without its stop records
+	// (OpenGatePin): ReleaseAll reports it, and Unpin refuses.
+	stopsErr error
+	// afterRecord, where set (by tests), is called by open between
+	// writing a stop record and deleting the entry.
+	afterRecord func(pid uint32)
+	signals     *ebpf.Map // nil for a gate opened from its pin
+	armed       *ebpf.Map // gate_armed; nil for a gate opened from its pin
+	procRoot    string
 	// probed says whether the launch probes of pid, the process that
 	// started at start (clock ticks after boot), are attached; nil where
 	// no tracer is behind the gate (OpenGate), which then only releases.
@@ -169,7 +175,7 @@ func (g *Gate) Gate(pid uint32) error {
 func (g *Gate) Ungate(pid uint32) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	r, err := g.open(pid, false)
+	r, err := g.open(pid)
 	if err != nil {
 		return err
 	}
@@ -194,47 +200,43 @@ func (g *Gate) Gated() ([]GatedProcess, error) {
 
 // ReleaseAll opens every gate, as Ungate does each, and continues every
 // process a stop record names whose gate is open already (its opener was
-// killed before it continued it). It says what it did for each process,
-// and goes on past failures; the error joins them all.
+// killed, or failed, before it continued it). It says what it did for
+// each process, and goes on past failures; the error joins them all.
 func (g *Gate) ReleaseAll() ([]Release, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.openWhere(func(uint32, []byte) bool { return true }, true)
+	rels, err := g.openWhere(func(uint32, []byte) bool { return true })
+	return rels, errors.Join(err, g.stopsErr)
 }
 
 // openWhere opens the gate of every process in the map for which which
-// (given the pid and the entry's value) is true and, where records is
-// set, of every process a stop record names, as Ungate does each, going
-// on past failures. g.mu is held.
-func (g *Gate) openWhere(which func(pid uint32, v []byte) bool, records bool) ([]Release, error) {
+// (given the pid and the entry's value) is true, and of every process a
+// stop record names that has no entry, as Ungate does each, going on past
+// failures. g.mu is held, so a record without an entry is an orphan: the
+// opener that deleted the entry failed to continue the process (or was
+// killed), and no probe is between marking an entry and recording it.
+func (g *Gate) openWhere(which func(pid uint32, v []byte) bool) ([]Release, error) {
 	var pids []uint32
+	recs, rerr := g.stopRecords()
 	var pid uint32
 	var v []byte
 	it := g.entries.Iterate()
 	for it.Next(&pid, &v) {
+		delete(recs, pid)
 		if which(pid, v) {
 			pids = append(pids, pid)
 		}
 	}
-	var errs []error
+	errs := []error{rerr}
 	if err := it.Err(); err != nil {
 		errs = append(errs, fmt.Errorf("list gated processes: %w", err))
 	}
-	if records {
-		recs, err := g.stopRecords()
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for _, pid := range pids {
-			delete(recs, pid)
-		}
-		for pid := range recs {
-			pids = append(pids, pid)
-		}
+	for pid := range recs {
+		pids = append(pids, pid)
 	}
 	var out []Release
 	for _, pid := range pids {
-		r, err := g.open(pid, records)
+		r, err := g.open(pid)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -292,13 +294,18 @@ func (g *Gate) Unpin() error {
 	if len(recs) > 0 {
 		return fmt.Errorf("unpin the launch gate: %d processes it stopped not yet continued (release them first)", len(recs))
 	}
-	if err := g.entries.Unpin(); err != nil {
-		return fmt.Errorf("unpin the launch gate: %w", err)
+	if g.stopsErr != nil {
+		return fmt.Errorf("unpin the launch gate: %w", g.stopsErr)
 	}
+	// The records first: a gate left pinned alone is found again, and
+	// records are read only beside a gate (OpenGatePin).
 	if g.stops != nil {
 		if err := g.stops.Unpin(); err != nil {
 			return fmt.Errorf("unpin the launch gate's stop records: %w", err)
 		}
+	}
+	if err := g.entries.Unpin(); err != nil {
+		return fmt.Errorf("unpin the launch gate: %w", err)
 	}
 	return nil
 }
@@ -345,21 +352,16 @@ func (g *Gate) Close() error {
 }
 
 // open deletes pid's entry and continues the process if the gate stopped
-// it: the entry says so or, with records, a stop record does (an opener
-// killed before it continued the process left one). It returns a zero
+// it: the entry says so, or a stop record does (an opener killed, or one
+// that failed to continue the process, left one). It returns a zero
 // Release where pid had neither, and an error only where the entry could
 // not be removed; a failure to continue is the Release's Err.
-//
-// A daemon releases every record at its start (ReleaseAll), and while it
-// runs a stop the gate makes is named by its entry until its own opener
-// continues it; so Ungate and Settle leave the records out, and spare
-// themselves a lookup per gate.
 //
 // The stop record outlives the entry (bpf/cuda.c, gate_stops): an entry
 // marked stopped gets its record again before it is deleted, and the
 // record is deleted only once the SIGCONT has gone out, so that a daemon
 // killed at any point of this leaves the stop findable.
-func (g *Gate) open(pid uint32, records bool) (Release, error) {
+func (g *Gate) open(pid uint32) (Release, error) {
 	// No longer held, whatever the map says: an entry the exit
 	// tracepoint dropped leaves nothing to open, and a later process
 	// with the pid is not held by this one's Gate.
@@ -376,29 +378,43 @@ func (g *Gate) open(pid uint32, records bool) (Release, error) {
 		// killed in the next milliseconds; where there is no room for it
 		// (as many stops pending as the map holds), opening the gate
 		// without it is still safer than leaving the process stopped.
+		recorded := false
 		if e := decodeGateValue(v); e.Stopped != 0 && g.stops != nil {
-			_ = g.stops.Put(pid, e.Start)
+			recorded = g.stops.Put(pid, e.Start) == nil
+		}
+		if g.afterRecord != nil {
+			g.afterRecord(pid)
 		}
 		err = g.entries.LookupAndDelete(pid, &v)
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Release{}, fmt.Errorf("ungate process %d: remove its gate entry: %w", pid, err)
-		}
-		if err == nil {
+		switch {
+		case err == nil:
 			e := decodeGateValue(v)
 			r = Release{GatedProcess: GatedProcess{PID: pid, Start: e.Start / tickNs, Stopped: e.Stopped != 0}}
+		case !errors.Is(err, ebpf.ErrKeyNotExist):
+			return Release{}, fmt.Errorf("ungate process %d: remove its gate entry: %w", pid, err)
+		case recorded:
+			// The process exited since the entry was read, and the exit
+			// tracepoint dropped its record before it was written again.
+			_ = g.stops.Delete(pid)
+			return Release{}, nil
 		}
 	}
-	if !r.Stopped && records && g.stops != nil {
+	if !r.Stopped && g.stops != nil {
 		var start uint64
 		err := g.stops.Lookup(pid, &start)
 		switch {
-		case err == nil:
-			r.GatedProcess = GatedProcess{PID: pid, Start: start / tickNs, Stopped: true}
-		case !errors.Is(err, ebpf.ErrKeyNotExist) && r.PID != 0:
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+		case err != nil && r.PID != 0:
 			r.Err = fmt.Errorf("ungate process %d: read its stop record: %w", pid, err)
 			return r, nil
-		case !errors.Is(err, ebpf.ErrKeyNotExist):
+		case err != nil:
 			return Release{}, fmt.Errorf("ungate process %d: read its stop record: %w", pid, err)
+		case r.PID != 0 && start/tickNs != r.Start && gone(g.procRoot, pid, start/tickNs):
+			// The record of an earlier process with this pid, left by a
+			// killed daemon: nothing to continue.
+			_ = g.stops.Delete(pid)
+		default:
+			r.GatedProcess = GatedProcess{PID: pid, Start: start / tickNs, Stopped: true}
 		}
 	}
 	if !r.Stopped {

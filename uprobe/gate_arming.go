@@ -116,7 +116,7 @@ func (g *Gate) Settle(grace time.Duration) (opened []Release, young int, err err
 			return false
 		}
 		return true
-	}, false)
+	})
 	return opened, young, err
 }
 

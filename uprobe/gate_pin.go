@@ -89,10 +89,17 @@ func FindGates(dir string) ([]GatePin, error) {
 // OpenGate does: its entries can be listed, released and the pin removed.
 // A gate of another format than GateFormat opens where its map keeps the
 // layout every format shares; otherwise the error says what the map is.
-// It returns an error wrapping ErrNoGate where nothing is pinned at
-// p.Path.
+// A gate of this format opens with the stop records pinned beside it; it
+// opens without them where they cannot be read, and then ReleaseAll
+// reports why and Unpin refuses. Records pinned without their gate (an
+// older build removed the gate's pin alone) open with an empty gate in
+// its place. It returns an error wrapping ErrNoGate where nothing is
+// pinned at p.Path, nor records beside it.
 func OpenGatePin(p GatePin) (*Gate, error) {
 	m, err := ebpf.LoadPinnedMap(p.Path, nil)
+	if errors.Is(err, os.ErrNotExist) && p.Format == GateFormat {
+		m, err = standInGate(p.Path)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", p.Path, ErrNoGate)
 	}
@@ -112,12 +119,27 @@ func OpenGatePin(p GatePin) (*Gate, error) {
 	}
 	g := &Gate{entries: m, procRoot: DefaultProcRoot, owned: true, held: map[uint32]struct{}{}}
 	if p.Format == GateFormat {
-		if g.stops, err = openStops(filepath.Join(filepath.Dir(p.Path), StopsMapName)); err != nil {
-			m.Close()
-			return nil, err
-		}
+		g.stops, g.stopsErr = openStops(stopsPath(p.Path))
 	}
 	return g, nil
+}
+
+// stopsPath is where the stop records of the gate pinned at gate are.
+func stopsPath(gate string) string { return filepath.Join(filepath.Dir(gate), StopsMapName) }
+
+// standInGate returns an empty, unpinned gate map of this format where
+// stop records are pinned beside gate (a gate's path, pinned nowhere),
+// so that they can be released; an error wrapping os.ErrNotExist where
+// none are.
+func standInGate(gate string) (*ebpf.Map, error) {
+	if _, err := os.Stat(stopsPath(gate)); err != nil {
+		return nil, err
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "gate_stand_in", Type: ebpf.Hash, KeySize: 4, ValueSize: bpfGateEntrySize(), MaxEntries: 1})
+	if err != nil {
+		return nil, fmt.Errorf("release the stop records pinned at %s without their gate (needs CAP_BPF, or root): %w", stopsPath(gate), err)
+	}
+	return m, nil
 }
 
 // openStops opens the gate's stop records pinned at path (see Gate): nil

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -168,9 +169,15 @@ func TestUnrecordedStopNotMade(t *testing.T) {
 	if s := tr.Stats(); s.GateSignalErrors == before {
 		t.Errorf("no stop counted as not sent (%d before, %d after)", before, s.GateSignalErrors)
 	}
+	// The entry is marked all the same (the mark comes first): opening it
+	// sends a running process a SIGCONT, which does nothing.
+	if l, err := g.Gated(); err != nil || len(l) != 1 || !l[0].Stopped {
+		t.Errorf("Gated() = %+v, %v; want the entry marked", l, err)
+	}
 	if err := g.Ungate(be); err != nil {
 		t.Fatal(err)
 	}
+	staysState(t, be, false, 50*time.Millisecond, "ungated, never stopped")
 	for i := range n {
 		if err := stops.Delete(uint32(fake + i)); err != nil {
 			t.Fatal(err)
@@ -210,5 +217,191 @@ func TestExitDropsStopRecord(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the exit tracepoint did not drop the killed process's stop record")
 		}
+	}
+}
+
+// stoppedAndOrphaned gates a traced training workload until it is
+// stopped, then deletes its gate entry as an opener does before it
+// continues the process: the state an opener killed there, or one whose
+// continue failed, leaves. It returns the process and its tracer.
+func stoppedAndOrphaned(t *testing.T, o func(*Options)) (uint32, *Tracer) {
+	t.Helper()
+	r := newRig(t)
+	be := startTrain(t, r)
+	opts := r.options()
+	opts.PIDs = []uint32{be}
+	if o != nil {
+		o(opts)
+	}
+	tr := openTracer(t, opts)
+	logLaunches(tr, be).waitLaunchAfter(t, 0, "before gating")
+	if err := tr.Gate().Gate(be); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, be, true, "gated")
+	if err := tr.objs.maps.LaunchGate.Delete(be); err != nil {
+		t.Fatal(err)
+	}
+	return be, tr
+}
+
+// TestUngateFindsRecord: a running daemon whose continue failed, once it
+// closes the gate again (the entry not marked: the process cannot reach
+// its probe), continues the process at the next Ungate, by its record.
+func TestUngateFindsRecord(t *testing.T) {
+	be, tr := stoppedAndOrphaned(t, nil)
+	g := tr.Gate()
+	if err := g.Gate(be); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Ungate(be); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, be, false, "ungated")
+	if _, ok := stopRecord(t, tr, be); ok {
+		t.Error("the stop record outlived the SIGCONT")
+	}
+}
+
+// TestSettleContinuesOrphan: Settle, which a daemon with armed gates runs
+// at every request's end and control tick, continues a process whose
+// record has no entry.
+func TestSettleContinuesOrphan(t *testing.T) {
+	be, tr := stoppedAndOrphaned(t, nil)
+	rel, young, err := tr.Gate().Settle(time.Hour)
+	if err != nil || young != 0 || len(rel) != 1 || rel[0].PID != be || !rel[0].Continued {
+		t.Fatalf("Settle: %+v, %d young, %v; want process %d continued", rel, young, err, be)
+	}
+	waitState(t, be, false, "settled")
+}
+
+// TestOpenerRecordsFirst: the opener writes the record of a stop again
+// before it deletes the entry (an earlier opener may have deleted the
+// record of this later stop), and deletes it after the SIGCONT.
+func TestOpenerRecordsFirst(t *testing.T) {
+	be, tr, _ := tracedTrain(t, "before gating")
+	g := tr.Gate()
+	if err := g.Gate(be); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, be, true, "gated")
+	if err := tr.objs.maps.GateStops.Delete(be); err != nil {
+		t.Fatal(err)
+	}
+	var atDelete []bool
+	g.afterRecord = func(pid uint32) {
+		_, ok := stopRecord(t, tr, pid)
+		atDelete = append(atDelete, ok)
+	}
+	if err := g.Ungate(be); err != nil {
+		t.Fatal(err)
+	}
+	if len(atDelete) != 1 || !atDelete[0] {
+		t.Errorf("record present when the entry was deleted: %v, want [true]", atDelete)
+	}
+	waitState(t, be, false, "ungated")
+	if _, ok := stopRecord(t, tr, be); ok {
+		t.Error("the stop record outlived the SIGCONT")
+	}
+}
+
+// pinnedStopped gates a training workload, traced with the gate pinned in
+// a fresh BPF filesystem, until it is stopped; it returns the process,
+// its tracer and the pin directory.
+func pinnedStopped(t *testing.T) (uint32, *Tracer, string) {
+	t.Helper()
+	r := newRig(t)
+	be := startTrain(t, r)
+	dir := filepath.Join(mountBPFFS(t), "arbiter")
+	o := r.options()
+	o.PIDs = []uint32{be}
+	o.GatePinDir = dir
+	tr := openTracer(t, o)
+	logLaunches(tr, be).waitLaunchAfter(t, 0, "before gating")
+	if err := tr.Gate().Gate(be); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, be, true, "gated")
+	return be, tr, dir
+}
+
+// releasePinned opens the gate pinned in dir, as `arbiter recover` does,
+// releases it, and unpins it; it returns ReleaseAll's releases and error,
+// and Unpin's error.
+func releasePinned(t *testing.T, dir string) ([]Release, error, error) {
+	t.Helper()
+	g, err := OpenGate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	rels, err := g.ReleaseAll()
+	return rels, err, g.Unpin()
+}
+
+// TestPinnedGateWithoutRecords: a gate pinned by a build without stop
+// records opens, releases and unpins as before.
+func TestPinnedGateWithoutRecords(t *testing.T) {
+	be, _, dir := pinnedStopped(t)
+	if err := os.Remove(filepath.Join(dir, StopsMapName)); err != nil {
+		t.Fatal(err)
+	}
+	rels, err, uerr := releasePinned(t, dir)
+	if err != nil || uerr != nil || len(rels) != 1 || rels[0].PID != be || !rels[0].Continued {
+		t.Fatalf("ReleaseAll: %+v, %v; Unpin: %v; want process %d continued and the pin gone", rels, err, uerr, be)
+	}
+	waitState(t, be, false, "released")
+}
+
+// TestRecordsPinnedAlone: stop records whose gate's pin is gone (an
+// older build unpinned the gate alone) are still found and released.
+func TestRecordsPinnedAlone(t *testing.T) {
+	be, tr, dir := pinnedStopped(t)
+	if err := tr.objs.maps.LaunchGate.Delete(be); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, GateMapName)); err != nil {
+		t.Fatal(err)
+	}
+	rels, err, uerr := releasePinned(t, dir)
+	if err != nil || uerr != nil || len(rels) != 1 || rels[0].PID != be || !rels[0].Continued {
+		t.Fatalf("ReleaseAll: %+v, %v; Unpin: %v; want process %d continued", rels, err, uerr, be)
+	}
+	waitState(t, be, false, "released by its record")
+	if _, err := os.Stat(filepath.Join(dir, StopsMapName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stop records still pinned after Unpin: %v", err)
+	}
+}
+
+// TestRecordsOfAnotherShape: stop records pinned in a shape this build
+// does not read keep the gate's entries releasable; the release says why
+// the records were left, and the pins stay.
+func TestRecordsOfAnotherShape(t *testing.T) {
+	be, _, dir := pinnedStopped(t)
+	path := filepath.Join(dir, StopsMapName)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	odd, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer odd.Close()
+	if err := odd.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+	rels, err, uerr := releasePinned(t, dir)
+	if len(rels) != 1 || rels[0].PID != be || !rels[0].Continued {
+		t.Fatalf("ReleaseAll: %+v; want process %d continued from its entry", rels, be)
+	}
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("ReleaseAll error %v: want one naming %s", err, path)
+	}
+	if uerr == nil {
+		t.Error("Unpin with unreadable stop records succeeded")
+	}
+	waitState(t, be, false, "released")
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the records' pin: %v, want it left", err)
 	}
 }
