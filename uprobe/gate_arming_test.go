@@ -31,6 +31,18 @@ func armedPair(t *testing.T, gap time.Duration) (be uint32, lc *proc, o *Options
 	return be, lc, o
 }
 
+// expediteAndArm expedites lc and arms its requests to close victim's
+// gate.
+func expediteAndArm(t *testing.T, tr *Tracer, lc, victim uint32) {
+	t.Helper()
+	if err := tr.Expedite(lc, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Gate().Arm(lc, []uint32{victim}, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestArmedRequestClosesGate: arming alone stops nothing; the launch that
 // opens a request of the armed process stops its victim, a launch within
 // the request does not close a gate Settle opened; Settle opens a gate
@@ -176,14 +188,8 @@ func TestCloseDisarmsBeforeReleasing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := logLaunches(tr, be)
-	log.waitLaunchAfter(t, 0, "before arming")
-	if err := tr.Expedite(lc.pid, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Gate().Arm(lc.pid, []uint32{be}, false); err != nil {
-		t.Fatal(err)
-	}
+	logLaunches(tr, be).waitLaunchAfter(t, 0, "before arming")
+	expediteAndArm(t, tr, lc.pid, be)
 	// Requests keep closing the gate while Close runs.
 	done := make(chan error, 1)
 	go func() {

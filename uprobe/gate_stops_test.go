@@ -46,14 +46,8 @@ func TestKilledOpenerLeavesStopRecord(t *testing.T) {
 	dir := filepath.Join(mountBPFFS(t), "arbiter")
 	o.GatePinDir = dir
 	tr := openTracer(t, o)
-	log := logLaunches(tr, be)
-	log.waitLaunchAfter(t, 0, "before arming")
-	if err := tr.Expedite(lc.pid, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := tr.Gate().Arm(lc.pid, []uint32{be}, false); err != nil {
-		t.Fatal(err)
-	}
+	logLaunches(tr, be).waitLaunchAfter(t, 0, "before arming")
+	expediteAndArm(t, tr, lc.pid, be)
 	start, err := procStart(DefaultProcRoot, be)
 	if err != nil {
 		t.Fatal(err)
@@ -67,9 +61,7 @@ func TestKilledOpenerLeavesStopRecord(t *testing.T) {
 	}
 
 	// The opener's first step, and its last before it was killed.
-	if err := tr.objs.maps.LaunchGate.Delete(be); err != nil {
-		t.Fatal(err)
-	}
+	orphan(t, tr, be)
 	time.Sleep(gap + 50*time.Millisecond)
 	lc.send(t, "launch 1")
 	lc.line(t)
@@ -115,21 +107,8 @@ func TestKilledOpenerLeavesStopRecord(t *testing.T) {
 // still gets its process continued, and Unpin refuses while a record is
 // left.
 func TestReleaseByRecordAlone(t *testing.T) {
-	r := newRig(t)
-	be := startTrain(t, r)
-	dir := filepath.Join(mountBPFFS(t), "arbiter")
-	o := r.options()
-	o.PIDs = []uint32{be}
-	o.GatePinDir = dir
-	tr := openTracer(t, o)
-	logLaunches(tr, be).waitLaunchAfter(t, 0, "before gating")
-	if err := tr.Gate().Gate(be); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, be, true, "gated")
-	if err := tr.objs.maps.LaunchGate.Delete(be); err != nil {
-		t.Fatal(err)
-	}
+	be, tr, dir := stopped(t, true)
+	orphan(t, tr, be)
 	pinned, err := OpenGate(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -220,36 +199,44 @@ func TestExitDropsStopRecord(t *testing.T) {
 	}
 }
 
-// stoppedAndOrphaned gates a traced training workload until it is
-// stopped, then deletes its gate entry as an opener does before it
-// continues the process: the state an opener killed there, or one whose
-// continue failed, leaves. It returns the process and its tracer.
-func stoppedAndOrphaned(t *testing.T, o func(*Options)) (uint32, *Tracer) {
+// stopped gates a training workload, traced alone (with the gate pinned
+// in a fresh BPF filesystem where pin is set), until it is stopped; it
+// returns the process, its tracer and the pin directory (empty where not
+// pinned).
+func stopped(t *testing.T, pin bool) (uint32, *Tracer, string) {
 	t.Helper()
 	r := newRig(t)
 	be := startTrain(t, r)
-	opts := r.options()
-	opts.PIDs = []uint32{be}
-	if o != nil {
-		o(opts)
+	o := r.options()
+	o.PIDs = []uint32{be}
+	if pin {
+		o.GatePinDir = filepath.Join(mountBPFFS(t), "arbiter")
 	}
-	tr := openTracer(t, opts)
+	tr := openTracer(t, o)
 	logLaunches(tr, be).waitLaunchAfter(t, 0, "before gating")
 	if err := tr.Gate().Gate(be); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, be, true, "gated")
-	if err := tr.objs.maps.LaunchGate.Delete(be); err != nil {
+	return be, tr, o.GatePinDir
+}
+
+// orphan deletes pid's gate entry as an opener does before it continues
+// the process: the state an opener killed there, or one whose continue
+// failed, leaves.
+func orphan(t *testing.T, tr *Tracer, pid uint32) {
+	t.Helper()
+	if err := tr.objs.maps.LaunchGate.Delete(pid); err != nil {
 		t.Fatal(err)
 	}
-	return be, tr
 }
 
 // TestUngateFindsRecord: a running daemon whose continue failed, once it
 // closes the gate again (the entry not marked: the process cannot reach
 // its probe), continues the process at the next Ungate, by its record.
 func TestUngateFindsRecord(t *testing.T) {
-	be, tr := stoppedAndOrphaned(t, nil)
+	be, tr, _ := stopped(t, false)
+	orphan(t, tr, be)
 	g := tr.Gate()
 	if err := g.Gate(be); err != nil {
 		t.Fatal(err)
@@ -267,7 +254,8 @@ func TestUngateFindsRecord(t *testing.T) {
 // at every request's end and control tick, continues a process whose
 // record has no entry.
 func TestSettleContinuesOrphan(t *testing.T) {
-	be, tr := stoppedAndOrphaned(t, nil)
+	be, tr, _ := stopped(t, false)
+	orphan(t, tr, be)
 	rel, young, err := tr.Gate().Settle(time.Hour)
 	if err != nil || young != 0 || len(rel) != 1 || rel[0].PID != be || !rel[0].Continued {
 		t.Fatalf("Settle: %+v, %d young, %v; want process %d continued", rel, young, err, be)
@@ -305,26 +293,6 @@ func TestOpenerRecordsFirst(t *testing.T) {
 	}
 }
 
-// pinnedStopped gates a training workload, traced with the gate pinned in
-// a fresh BPF filesystem, until it is stopped; it returns the process,
-// its tracer and the pin directory.
-func pinnedStopped(t *testing.T) (uint32, *Tracer, string) {
-	t.Helper()
-	r := newRig(t)
-	be := startTrain(t, r)
-	dir := filepath.Join(mountBPFFS(t), "arbiter")
-	o := r.options()
-	o.PIDs = []uint32{be}
-	o.GatePinDir = dir
-	tr := openTracer(t, o)
-	logLaunches(tr, be).waitLaunchAfter(t, 0, "before gating")
-	if err := tr.Gate().Gate(be); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, be, true, "gated")
-	return be, tr, dir
-}
-
 // releasePinned opens the gate pinned in dir, as `arbiter recover` does,
 // releases it, and unpins it; it returns ReleaseAll's releases and error,
 // and Unpin's error.
@@ -342,7 +310,7 @@ func releasePinned(t *testing.T, dir string) ([]Release, error, error) {
 // TestPinnedGateWithoutRecords: a gate pinned by a build without stop
 // records opens, releases and unpins as before.
 func TestPinnedGateWithoutRecords(t *testing.T) {
-	be, _, dir := pinnedStopped(t)
+	be, _, dir := stopped(t, true)
 	if err := os.Remove(filepath.Join(dir, StopsMapName)); err != nil {
 		t.Fatal(err)
 	}
@@ -356,10 +324,8 @@ func TestPinnedGateWithoutRecords(t *testing.T) {
 // TestRecordsPinnedAlone: stop records whose gate's pin is gone (an
 // older build unpinned the gate alone) are still found and released.
 func TestRecordsPinnedAlone(t *testing.T) {
-	be, tr, dir := pinnedStopped(t)
-	if err := tr.objs.maps.LaunchGate.Delete(be); err != nil {
-		t.Fatal(err)
-	}
+	be, tr, dir := stopped(t, true)
+	orphan(t, tr, be)
 	if err := os.Remove(filepath.Join(dir, GateMapName)); err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +343,7 @@ func TestRecordsPinnedAlone(t *testing.T) {
 // does not read keep the gate's entries releasable; the release says why
 // the records were left, and the pins stay.
 func TestRecordsOfAnotherShape(t *testing.T) {
-	be, _, dir := pinnedStopped(t)
+	be, _, dir := stopped(t, true)
 	path := filepath.Join(dir, StopsMapName)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
