@@ -1,14 +1,3 @@
-// The stops the gate has made and no opener has undone yet: tgid to the
-// process's start time (as gate_entry.start). A probe writes the record
-// before it sends SIGSTOP (see gate); an opener that finds the entry
-// marked stopped writes it again before it deletes the entry (an earlier
-// opener may have deleted the record of a later stop), and deletes it
-// only after its SIGCONT has gone out. So a process the gate stopped is,
-// at every moment, named stopped by its entry or listed here: an opener
-// killed between deleting the entry and continuing the process leaves the
-// record, and the fresh entry an armed request may write afterwards (not
-// marked stopped) hides nothing. Pinned by name beside launch_gate, for
-// the same reason.
 //go:build ignore
 
 // CUDA driver API capture: entry uprobes on the launch, copy and sync
@@ -286,15 +275,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } launch_gate SEC(".maps");
 
-// The stops the gate has made and nobody has undone yet: tgid to the
-// process's start time (as gate_entry.start). The probe that stops a
-// process writes its record before it marks the entry stopped; the opener
-// deletes it only after the SIGCONT has gone out. So a process the gate
-// stopped is, at every moment, named stopped by its entry or listed here,
-// or both: an opener killed between deleting the entry and continuing the
-// process leaves this record, and the entry an armed request may write
-// afterwards (not stopped) hides nothing. Pinned by name beside
-// launch_gate, for the same reason.
+// The stops the gate has made and no opener has undone yet: tgid to the
+// process's start time (as gate_entry.start). A probe writes the record
+// before it sends SIGSTOP (see gate); an opener that finds the entry
+// marked stopped writes it again before it deletes the entry (an earlier
+// opener may have deleted the record of a later stop), and deletes it
+// only after its SIGCONT has gone out. So a process the gate stopped is,
+// at every moment, named stopped by its entry or listed here: an opener
+// killed between deleting the entry and continuing the process leaves the
+// record, and the fresh entry an armed request may write afterwards (not
+// marked stopped) hides nothing. Pinned by name beside launch_gate, for
+// the same reason.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
@@ -547,9 +538,9 @@ static __always_inline __u64 current_cgroup(struct task_struct *t)
 // and reused for another process meanwhile. Every probe that goes on to
 // stop the process then writes the stop's record in gate_stops, and
 // stops nothing where it cannot: an entry marked stopped without a stop
-// only earns a running process a SIGCONT. bpf_send_signal
-// signals the whole thread group; the calling thread stops before the
-// launch reaches the driver.
+// only earns a running process a SIGCONT. bpf_send_signal signals the
+// whole thread group; the calling thread stops before the launch reaches
+// the driver.
 static __always_inline void gate(__u32 tgid)
 {
 	if (!gate_enabled)
