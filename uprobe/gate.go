@@ -310,6 +310,13 @@ func (g *Gate) Unpin() error {
 	return nil
 }
 
+// Pinned says which of the gate's maps are pinned: its entries, and its
+// stop records. A gate opened for records pinned alone has its entries
+// in a map of its own, pinned nowhere (OpenGatePin).
+func (g *Gate) Pinned() (entries, records bool) {
+	return g.entries.IsPinned(), g.stops != nil && g.stops.IsPinned()
+}
+
 // stopRecords returns the stop records, pid to start time in ns (none
 // for a gate pinned without them).
 func (g *Gate) stopRecords() (map[uint32]uint64, error) {

@@ -120,8 +120,14 @@ type gateRecovery struct {
 	// Format is the gate's format version (uprobe.GateFormat is this
 	// build's).
 	Format int `json:"format"`
-	// Found is true where a gate was pinned there.
+	// Found is true where a gate, or its stop records, were pinned there.
 	Found bool `json:"found"`
+	// Records is the pin of the gate's stop records (the processes it
+	// stopped and had not continued yet), where they were pinned.
+	Records string `json:"records,omitempty"`
+	// gatePinned is whether Pin held a gate (records can be pinned
+	// alone).
+	gatePinned bool
 	// Released lists the processes whose gate was opened.
 	Released []releasedProcess `json:"released"`
 	// Unpinned is true where the pin was removed.
@@ -310,6 +316,11 @@ func releasePin(p uprobe.GatePin, rec *gateRecovery) []string {
 	}
 	defer g.Close()
 	rec.Found = true
+	var records bool
+	rec.gatePinned, records = g.Pinned()
+	if records {
+		rec.Records = filepath.Join(filepath.Dir(p.Path), uprobe.StopsMapName)
+	}
 	var errs []string
 	rels, err := g.ReleaseAll()
 	for _, r := range rels {
@@ -380,8 +391,11 @@ func (g *gateRecovery) write(w io.Writer) error {
 			return err
 		}
 	}
-	if g.Unpinned {
-		if _, err := fmt.Fprintf(w, "gate: removed %s\n", g.Pin); err != nil {
+	for _, pin := range []string{g.Pin, g.Records} {
+		if !g.Unpinned || pin == "" || (pin == g.Pin && !g.gatePinned) {
+			continue
+		}
+		if _, err := fmt.Fprintf(w, "gate: removed %s\n", pin); err != nil {
 			return err
 		}
 	}

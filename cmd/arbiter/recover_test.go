@@ -167,8 +167,13 @@ func TestRecoverReleasesGate(t *testing.T) {
 		t.Errorf("report:\n%s", got)
 	}
 	waitStopped(t, pid, false, "after recover")
-	if _, err := os.Stat(filepath.Join(n.pinDir, uprobe.GateMapName)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("pin left: %v", err)
+	if want := filepath.Join(n.pinDir, uprobe.StopsMapName); rep.Gate.Records != want {
+		t.Errorf("report names the stop records' pin %q, want %q", rep.Gate.Records, want)
+	}
+	for _, name := range []string{uprobe.GateMapName, uprobe.StopsMapName} {
+		if _, err := os.Stat(filepath.Join(n.pinDir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pin %s left: %v", name, err)
+		}
 	}
 	if code, got := n.recover(t); code != 0 || got != "nothing to recover\n" {
 		t.Errorf("second recover: exit %d\n%s", code, got)
