@@ -232,6 +232,10 @@ func (g *Gate) openWhere(which func(pid uint32, v []byte) bool) ([]Release, erro
 		errs = append(errs, fmt.Errorf("list gated processes: %w", err))
 	}
 	for pid := range recs {
+		// An armed request may have closed its gate since the walk.
+		if err := g.entries.Lookup(pid, &v); err == nil && !which(pid, v) {
+			continue
+		}
 		pids = append(pids, pid)
 	}
 	var out []Release

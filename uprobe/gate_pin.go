@@ -98,7 +98,9 @@ func FindGates(dir string) ([]GatePin, error) {
 func OpenGatePin(p GatePin) (*Gate, error) {
 	m, err := ebpf.LoadPinnedMap(p.Path, nil)
 	if errors.Is(err, os.ErrNotExist) && p.Format == GateFormat {
-		m, err = standInGate(p.Path)
+		if m, err = standInGate(p.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
 	}
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", p.Path, ErrNoGate)
@@ -132,8 +134,10 @@ func stopsPath(gate string) string { return filepath.Join(filepath.Dir(gate), St
 // so that they can be released; an error wrapping os.ErrNotExist where
 // none are.
 func standInGate(gate string) (*ebpf.Map, error) {
-	if _, err := os.Stat(stopsPath(gate)); err != nil {
+	if _, err := os.Stat(stopsPath(gate)); errors.Is(err, os.ErrNotExist) {
 		return nil, err
+	} else if err != nil {
+		return nil, fmt.Errorf("look for the launch gate's pinned stop records: %w", err)
 	}
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "gate_stand_in", Type: ebpf.Hash, KeySize: 4, ValueSize: bpfGateEntrySize(), MaxEntries: 1})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -370,4 +371,32 @@ func TestRecordsOfAnotherShape(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("the records' pin: %v, want it left", err)
 	}
+}
+
+// TestFailedContinueKeepsRecord: an opener whose SIGCONT cannot be sent
+// (here, the process's stat cannot be read) keeps the stop's record, so
+// that the next opening continues the process.
+func TestFailedContinueKeepsRecord(t *testing.T) {
+	be, tr, _ := stopped(t, false)
+	g := tr.Gate()
+	// A proc root where the process's stat is a directory: reading it
+	// fails, and not as a process that is gone.
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, strconv.Itoa(int(be)), "stat"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g.procRoot = root
+	if err := g.Ungate(be); err == nil {
+		t.Fatal("Ungate with the process's stat unreadable succeeded")
+	}
+	g.procRoot = DefaultProcRoot
+	staysState(t, be, true, 100*time.Millisecond, "after the failed Ungate")
+	if _, ok := stopRecord(t, tr, be); !ok {
+		t.Fatal("the failed continue dropped the stop record")
+	}
+	rel, _, err := g.Settle(time.Hour)
+	if err != nil || len(rel) != 1 || rel[0].PID != be || !rel[0].Continued {
+		t.Fatalf("Settle: %+v, %v; want process %d continued by its record", rel, err, be)
+	}
+	waitState(t, be, false, "settled")
 }
