@@ -98,8 +98,9 @@ const DefaultSettleGrace = 5 * time.Millisecond
 // closed until Ungate), as Ungate does each. A gate closed more recently
 // may belong to a request whose first call has not reached the caller
 // yet, which would take it over on seeing that call: Settle leaves it
-// closed and counts it in young, for a later Settle. It goes on past
-// failures; the error joins them all.
+// closed and counts it in young, for a later Settle. It also continues
+// every process a stop record names whose gate is open (an opener failed
+// to continue it). It goes on past failures; the error joins them all.
 func (g *Gate) Settle(grace time.Duration) (opened []Release, young int, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
