@@ -77,3 +77,28 @@ func TestClassLatencyOutlivesItsMembers(t *testing.T) {
 		t.Errorf("class requests %d, max %v: want the 3 requests of both members, the longest 9 ms", lc.Latency.Requests, lc.Latency.Max)
 	}
 }
+
+// TestOnlyLatencyCriticalClassesEscalate: a best-effort class suspends
+// nothing, so the snapshot (and the API and the arbiter_class_escalated
+// gauge built on it) never shows it escalated, with or without SLO
+// feedback, while the latency-critical class is.
+func TestOnlyLatencyCriticalClassesEscalate(t *testing.T) {
+	const ms = 1000 * us
+	evs := []trace.Event{
+		exec(0, 10, "infer"), exec(0, 20, "train"),
+		launch(1*ms, 20), launch(2*ms, 10), syncAt(2*ms+us, 10, 2*ms),
+	}
+	for _, feedback := range []bool{false, true} {
+		e, _ := run(t, evs, engine.Options{IdleGap: 100 * time.Microsecond, Feedback: feedback})
+		s := e.Snapshot()
+		if len(s.Classes) != 2 {
+			t.Fatalf("feedback %v: classes %+v: want latency-critical and best-effort", feedback, s.Classes)
+		}
+		for _, c := range s.Classes {
+			if c.Escalated != c.LatencyCritical {
+				t.Errorf("feedback %v: class %s (latency-critical %v) escalated %v: want escalated only for the latency-critical class",
+					feedback, c.Name, c.LatencyCritical, c.Escalated)
+			}
+		}
+	}
+}

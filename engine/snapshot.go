@@ -168,13 +168,16 @@ type LatencyView struct {
 
 // ClassView is one class in a Snapshot.
 type ClassView struct {
-	Name            string      `json:"name"`
-	Members         int         `json:"members"`
-	Priority        int         `json:"priority"`
-	LatencyCritical bool        `json:"latency_critical"`
-	Escalated       bool        `json:"escalated"`
-	MaxGPUShare     float64     `json:"max_gpu_share"`
-	Latency         LatencyView `json:"latency"`
+	Name            string `json:"name"`
+	Members         int    `json:"members"`
+	Priority        int    `json:"priority"`
+	LatencyCritical bool   `json:"latency_critical"`
+	// Escalated is whether the class's requests suspend best-effort work
+	// now; never for a class that is not latency-critical, whose requests
+	// suspend nothing.
+	Escalated   bool        `json:"escalated"`
+	MaxGPUShare float64     `json:"max_gpu_share"`
+	Latency     LatencyView `json:"latency"`
 }
 
 // GPUView is one GPU in a Snapshot.
@@ -206,7 +209,7 @@ func (e *Engine) publish() {
 	for _, name := range e.classNames() {
 		c := e.cls[name]
 		s.Classes = append(s.Classes, ClassView{Name: name, Members: c.members, Priority: c.plan.Priority,
-			LatencyCritical: c.plan.LatencyCritical, Escalated: !(e.opts.Feedback && c.plan.HasSLO) || c.escalated,
+			LatencyCritical: c.plan.LatencyCritical, Escalated: c.plan.LatencyCritical && (!(e.opts.Feedback && c.plan.HasSLO) || c.escalated),
 			MaxGPUShare: c.plan.MaxGPUShare, Latency: e.latencyView(&c.stats, c.plan, false)})
 	}
 	idx := make([]int, 0, len(e.gpus))

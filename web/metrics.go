@@ -109,7 +109,7 @@ func metricFamilies() []metric {
 		{"arbiter_start_time_seconds", "When the daemon started, Unix time.", noLabels},
 		{"arbiter_processes", "CUDA processes the engine manages, by class, state and enforcement level.", []string{"class", "state", "level"}},
 		{"arbiter_class_members", "Processes in a class.", cls},
-		{"arbiter_class_escalated", "1 when a class's requests suspend best-effort work, 0 when it relies on timeslices.", cls},
+		{"arbiter_class_escalated", "1 when a latency-critical class's requests suspend best-effort work, 0 when it relies on timeslices or is not latency-critical.", cls},
 		{"arbiter_class_requests_total", "Requests the engine measured for a class.", cls},
 		{"arbiter_class_request_latency_seconds", "Request latency percentiles of a class over the daemon's life (the engine's own: 0.5, 0.99, and 1 for the maximum).", cls},
 		{"arbiter_class_request_duration_seconds", "Request latency of a class.", cls},
