@@ -304,24 +304,30 @@ func lastName(path string) string {
 	return path
 }
 
-// invalidUTF8At finds the first byte that is not valid UTF-8.
-// binaryAt says where data stops being text (a NUL byte or invalid
-// UTF-8), or "" where it is text throughout. With head (data is the start
-// of a longer file), a multi-byte character cut at data's end is text.
+// binaryAt says where data stops being text (its first NUL byte or byte
+// of invalid UTF-8, whichever comes first), or "" where it is text
+// throughout. With head (data is the start of a longer file), a
+// multi-byte character cut at data's end is text.
 func binaryAt(data []byte, head bool) string {
-	off := bytes.IndexByte(data, 0)
-	if off < 0 {
-		if utf8.Valid(data) {
-			return ""
-		}
-		off = invalidUTF8At(data)
-		if head && len(data)-off < utf8.UTFMax && !utf8.FullRune(data[off:]) {
-			return ""
-		}
+	text := data
+	if nul := bytes.IndexByte(data, 0); nul >= 0 {
+		text = data[:nul]
+	}
+	off := len(text)
+	if !utf8.Valid(text) {
+		off = invalidUTF8At(text)
+	}
+	switch {
+	case off == len(data):
+		return ""
+	case off < len(text) && head && len(data)-off < utf8.UTFMax && !utf8.FullRune(data[off:]):
+		return "" // a character cut where the head ends
 	}
 	return fmt.Sprintf("not a text file (binary data at byte offset %d): a workload spec is YAML or JSON text", off)
 }
 
+// invalidUTF8At finds the first byte of b that is not valid UTF-8
+// (len(b) if there is none).
 func invalidUTF8At(b []byte) int {
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])

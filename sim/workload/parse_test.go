@@ -121,6 +121,7 @@ func TestParseErrors(t *testing.T) {
 		{"mean with uniform", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: {dist: uniform, mean: 2ms, min: 1ms, max: 3ms}\n", "x.yaml:5: be[0].kernel.mean: a uniform distribution is set by min and max"},
 		{"fields in sync", base("      - sync: {x: 1}\n"), "x.yaml:8: lc[0].request[1].sync.x: unknown field: lc[0].request[1].sync takes no fields (write sync: {})"},
 		{"binary", "gpus: 1\x00\x01\x02" + strings.Repeat("\xff", 5000), "x.yaml: not a text file (binary data at byte offset 7)"},
+		{"invalid UTF-8 before a NUL", "gp\xffus: 1\x00", "x.yaml: not a text file (binary data at byte offset 2)"},
 		{"trace file", "ARBTRACE\x01\x00garbage", "x.yaml: this is a trace recorded by arbiter trace --record, not a workload spec"},
 	}
 	for _, c := range cases {
