@@ -140,13 +140,15 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 		Name: file.Spec.Name, Workloads: ws, Options: opts, ControlLatency: file.ControlLatency(), Seed: f.seed, Duration: dur,
 		Baselines: names, TimelineWindow: min(f.window, dur),
 	}
+	var mismatches []string
 	if f.policy != "" {
 		gpus := max(opts.GPUs, 1)
-		extra, err := arbiterBaseline(cmd.Context(), f.policy, gpus, defaultRequestGap)
+		extra, plan, err := arbiterBaseline(cmd.Context(), f.policy, gpus, defaultRequestGap)
 		if err != nil {
 			return err
 		}
 		cfg.Extra = append(cfg.Extra, extra)
+		mismatches = classMismatches(f.policy, plan, ws)
 	}
 	stderr := cmd.ErrOrStderr()
 	var prog *progress
@@ -161,6 +163,9 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 			fmt.Fprintln(stderr, "warning:", w)
 		}
 		for _, w := range workload.LoadWarnings(file, dur) {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+		for _, w := range mismatches {
 			fmt.Fprintln(stderr, "warning:", w)
 		}
 		prog = newProgress(stderr, time.Now, terminalWidth(stderr))

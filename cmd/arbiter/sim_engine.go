@@ -9,7 +9,9 @@ import (
 	"github.com/gpu-arbiter/arbiter/policy"
 	"github.com/gpu-arbiter/arbiter/policy/input"
 	"github.com/gpu-arbiter/arbiter/sched"
+	"github.com/gpu-arbiter/arbiter/sim"
 	"github.com/gpu-arbiter/arbiter/sim/whatif"
+	"github.com/gpu-arbiter/arbiter/sim/workload"
 )
 
 // defaultRequestGap ends a latency-critical request: after its last
@@ -25,11 +27,12 @@ var simEpoch = time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
 
 // arbiterBaseline is the arbiter baseline: the policy at dir and the
 // unchanged engine in the simulator's loop. Processes are classified from
-// their spec name (as comm) and the labels and env the spec gives them.
-func arbiterBaseline(ctx context.Context, dir string, gpus int, gap time.Duration) (whatif.Extra, error) {
+// their spec name (as comm) and the labels and env the spec gives them;
+// the plan returned is that classification, for classMismatches.
+func arbiterBaseline(ctx context.Context, dir string, gpus int, gap time.Duration) (whatif.Extra, whatif.PlanFunc, error) {
 	pol, err := policy.Load(ctx, dir, nil)
 	if err != nil {
-		return whatif.Extra{}, fmt.Errorf("--policy %s: %w", dir, err)
+		return whatif.Extra{}, nil, fmt.Errorf("--policy %s: %w", dir, err)
 	}
 	node := policy.Node{Hostname: "simulated", Time: simEpoch}
 	for i := range gpus {
@@ -51,7 +54,49 @@ func arbiterBaseline(ctx context.Context, dir string, gpus int, gap time.Duratio
 		return c.Classify(engine.ProcessInfo{Key: sched.ProcessKey{PID: p.PID}, Comm: in.Comm, GPUs: []int{p.GPU}})
 	}
 	return whatif.Extra{Name: whatif.Arbiter, Description: "the policy in " + dir + " and the engine in the loop",
-		Controller: whatif.EngineController(plan, opts)}, nil
+		Controller: whatif.EngineController(plan, opts)}, plan, nil
+}
+
+// classMismatches classifies each spec workload (its first process: the
+// replicas of one look alike to a policy) as the arbiter baseline will,
+// and says, for each whose class the policy and the spec disagree on
+// (an LC workload the policy does not make latency-critical, a BE one it
+// does), what the policy decided and how to give it what it reads.
+// Without that, the arbiter row compares the policy against a workload
+// it never saw as the spec meant it.
+func classMismatches(dir string, plan whatif.PlanFunc, ws []workload.Workload) []string {
+	var out []string
+	seen := map[string]bool{}
+	for i, w := range ws {
+		if seen[w.Group] {
+			continue
+		}
+		seen[w.Group] = true
+		lc := w.Class == sim.ClassLC
+		pl, reason, err := plan(whatif.Process{PID: uint32(i + 1), Name: w.Name, Group: w.Group, Class: w.Class, GPU: w.GPU,
+			SLO: w.SLO, Labels: w.Labels, Env: w.Env})
+		if err == nil && pl.LatencyCritical == lc {
+			continue
+		}
+		why := fmt.Sprintf("reason: %s", printable(reason))
+		if err != nil {
+			why = fmt.Sprintf("the policy failed (%v), so its default applies", err)
+		}
+		if !lc {
+			out = append(out, fmt.Sprintf("--policy %s makes %s, a BE workload in the spec, latency-critical (class %s; %s): "+
+				"its requests will preempt the LC workloads; change the labels or env the spec gives it if that is not meant", dir, w.Group, printable(pl.Class), why))
+			continue
+		}
+		given := "the spec gives it none"
+		if len(w.Labels)+len(w.Env) > 0 {
+			given = "those the spec gives it do not make it latency-critical"
+		}
+		out = append(out, fmt.Sprintf("--policy %s does not make %s, an LC workload in the spec, latency-critical (class %s; %s): "+
+			"the policy classifies by the labels and env the spec gives a workload, and %s; "+
+			"for rego/default add labels: {arbiter.io/class: latency-critical} to it (docs/simulator.md, \"Workload specs\")",
+			dir, w.Group, printable(pl.Class), why, given))
+	}
+	return out
 }
 
 // specComm is a spec name as the kernel would keep it for comm: at most

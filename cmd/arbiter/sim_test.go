@@ -336,3 +336,83 @@ func TestSimArbiterBaselineNamed(t *testing.T) {
 		t.Errorf("baselines %v, want [arbiter exclusive]", names)
 	}
 }
+
+// TestSimPolicyClassMismatch: before the run, --policy says which spec
+// workloads the policy puts in another kind of class than the spec does
+// (an LC workload without the labels the policy reads, a BE workload
+// labelled latency-critical), with the policy's reason and what to add;
+// a workload the policy classes as the spec does gets no word, and every
+// shipped example labels its LC workloads for the default policy.
+func TestSimPolicyClassMismatch(t *testing.T) {
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "mixed.yaml")
+	if err := os.WriteFile(spec, []byte(`gpus: 1
+lc:
+  - name: unlabelled
+    gpu: 0
+    replicas: 2
+    arrival: {process: poisson, rate: 10}
+    request:
+      - kernel: {count: 2, duration: 100us}
+  - name: labelled
+    gpu: 0
+    labels: {arbiter.io/class: latency-critical}
+    arrival: {process: poisson, rate: 10}
+    request:
+      - kernel: {count: 2, duration: 100us}
+be:
+  - name: posing
+    gpu: 0
+    env: {ARBITER_CLASS: latency-critical}
+    kernel: 1ms
+  - name: train
+    gpu: 0
+    kernel: 1ms
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policyDir := filepath.Join("..", "..", "rego", "default")
+	run := func(spec string) string {
+		t.Helper()
+		cmd := newSimCmd()
+		var errOut bytes.Buffer
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&errOut)
+		cmd.SetArgs([]string{"--workload", spec, "--policy", policyDir, "--baselines", "exclusive", "--duration", "100ms"})
+		if err := cmd.ExecuteContext(t.Context()); err != nil {
+			t.Fatalf("%s: %v", spec, err)
+		}
+		return errOut.String()
+	}
+	stderr := run(spec)
+	var warnings []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "warning: --policy") {
+			warnings = append(warnings, l)
+		}
+	}
+	if len(warnings) != 2 {
+		t.Fatalf("want two class warnings (unlabelled once for its two replicas, posing), got %d in:\n%s", len(warnings), stderr)
+	}
+	for _, want := range []string{
+		"warning: --policy " + policyDir + " does not make unlabelled, an LC workload in the spec, latency-critical (class best-effort; reason: default",
+		"the spec gives it none; for rego/default add labels: {arbiter.io/class: latency-critical} to it",
+	} {
+		if !strings.Contains(warnings[0], want) {
+			t.Errorf("first warning %q lacks %q", warnings[0], want)
+		}
+	}
+	if want := "makes posing, a BE workload in the spec, latency-critical (class latency-critical; reason: env ARBITER_CLASS)"; !strings.Contains(warnings[1], want) {
+		t.Errorf("second warning %q lacks %q", warnings[1], want)
+	}
+	examples, err := filepath.Glob(filepath.Join("..", "..", "examples", "workloads", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	published, _ := filepath.Glob(filepath.Join("..", "..", "examples", "workloads", "published", "*.yaml"))
+	for _, ex := range append(examples, published...) {
+		if stderr := run(ex); strings.Contains(stderr, "warning: --policy") {
+			t.Errorf("%s: the default policy classes a workload against its spec:\n%s", ex, stderr)
+		}
+	}
+}
