@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -252,7 +253,7 @@ func TestSimProgress(t *testing.T) {
 	p.report(s)
 	now = now.Add(500 * time.Millisecond)
 	p.report(s) // within a second of the last line: nothing
-	want := "sim: 2/7 baselines done; running timeslice 50%, mps 25%; 30% of all runs, about 7s left\n"
+	want := "sim: 2/7 baselines done, 30% of all runs, about 7s left; running timeslice 50%, mps 25%\n"
 	if got := b.String(); got != want {
 		t.Errorf("progress\n got %q\nwant %q", got, want)
 	}
@@ -261,26 +262,92 @@ func TestSimProgress(t *testing.T) {
 	now = now.Add(time.Second)
 	s.Simulated = 95
 	p.report(s)
-	if want := "; 95% of all runs, under a second left\n"; !strings.HasSuffix(b.String(), want) {
+	if want := ", 95% of all runs, under a second left; running timeslice 50%, mps 25%\n"; !strings.HasSuffix(b.String(), want) {
 		t.Errorf("progress near the end %q, want it to end %q", b.String(), want)
 	}
 
 	// On a terminal, each report replaces the last on one line, cut to
-	// its width, which done ends.
+	// its width, which done ends; the cut takes the list of runs first.
 	b.Reset()
 	now = time.Unix(1000, 0)
-	p = newProgress(&b, func() time.Time { return now }, 41)
+	p = newProgress(&b, func() time.Time { return now }, 61)
 	for range 2 {
 		now = now.Add(2 * time.Second)
 		p.report(s)
 	}
 	p.done()
 	p.done() // once
-	// Cut to 40 columns: one less than the terminal's, so that the
+	// Cut to 60 columns: one less than the terminal's, so that the
 	// cursor stays on the line.
-	line := "sim: 2/7 baselines done; running timesli"
+	line := "sim: 2/7 baselines done, 95% of all runs, under a second lef"
 	if want := "\r\033[K" + line + "\r\033[K" + line + "\n"; b.String() != want {
 		t.Errorf("progress on a terminal\n got %q\nwant %q", b.String(), want)
+	}
+}
+
+// TestSimProgressSlowRun: the time left is the slowest run's at its own
+// pace, not the share of all simulated time left: nine runs that finish
+// fast and one at a tenth of their pace (the arbiter baseline runs the
+// policy and the engine on every event) leave most of the wall time
+// after the share done passes 90%; and once the slow run has a thread to
+// itself, its faster recent pace counts.
+func TestSimProgressSlowRun(t *testing.T) {
+	var b bytes.Buffer
+	now := time.Unix(1000, 0)
+	p := newProgress(&b, func() time.Time { return now }, 0)
+	const total = 100
+	runs := make([]whatif.RunProgress, 10)
+	for i := range runs {
+		runs[i] = whatif.RunProgress{Baseline: "b" + strconv.Itoa(i), Total: total, Started: true}
+	}
+	report := func() string {
+		s := whatif.Progress{Baselines: len(runs), Total: total * uint64(len(runs)), Runs: runs}
+		for _, r := range runs {
+			s.Simulated += r.Simulated
+			if r.Done {
+				s.Done++
+			}
+		}
+		b.Reset()
+		p.report(s)
+		return b.String()
+	}
+	// After 2 s: the nine fast runs at 40 of 100 (20 a second), the slow
+	// one at 4 (2 a second): 96 to go, 48 s.
+	now = now.Add(2 * time.Second)
+	for i := range runs {
+		runs[i].Simulated = 40
+	}
+	runs[9].Simulated = 4
+	if got := report(); !strings.Contains(got, "0/10 baselines done, 36% of all runs, about 48s left") {
+		t.Errorf("slow run at 2 a second with 96 to go: %q, want about 48s left", got)
+	}
+	// After 10 s: the nine done, the slow one at 20, still 2 a second:
+	// 80 to go, 40 s, though 92% of all simulated time is done.
+	now = now.Add(8 * time.Second)
+	for i := range 9 {
+		runs[i].Simulated, runs[i].Done = total, true
+	}
+	runs[9].Simulated = 20
+	if got := report(); !strings.Contains(got, "9/10 baselines done, 92% of all runs, about 40s left") {
+		t.Errorf("the slow run alone at 20 of 100: %q, want about 40s left", got)
+	}
+	// After 11 s: with a thread to itself it went 10 in the last second;
+	// its pace, smoothed, is 6 a second (faster than its average since
+	// the start): 70 to go, about 12 s.
+	now = now.Add(time.Second)
+	runs[9].Simulated = 30
+	if got := report(); !strings.Contains(got, "about 12s left") {
+		t.Errorf("the slow run sped up to 10 a second: %q, want about 12s left", got)
+	}
+	// Without the runs' own progress, the share of all runs done is all
+	// there is: 93% done in 12 s, about a second left.
+	p2 := newProgress(&b, func() time.Time { return now }, 0)
+	now = now.Add(12 * time.Second)
+	b.Reset()
+	p2.report(whatif.Progress{Baselines: 10, Done: 9, Simulated: 930, Total: 1000})
+	if got := b.String(); !strings.Contains(got, "93% of all runs, about 1s left") {
+		t.Errorf("without runs: %q", got)
 	}
 }
 

@@ -17,6 +17,23 @@ type Progress struct {
 	// the virtual time of every run together (ns); their ratio is the
 	// share of the work done.
 	Simulated, Total uint64
+	// Runs is each simulation of the comparison (a baseline, or one of
+	// the exclusive baseline's solo runs), in a fixed order: runs differ
+	// in their cost per simulated second (a closed loop reading every
+	// event costs more), so an estimate of the time left needs each
+	// one's own pace.
+	Runs []RunProgress
+}
+
+// RunProgress is one simulation of a comparison.
+type RunProgress struct {
+	// Baseline names its baseline.
+	Baseline string
+	// Simulated is the virtual time it has simulated, Total all it will
+	// (ns).
+	Simulated, Total uint64
+	// Started and Done say whether it has begun and ended.
+	Started, Done bool
 }
 
 // Running is one baseline under way.
@@ -137,7 +154,9 @@ func (t *tracker) snapshot() Progress {
 		done, count int
 	}
 	per := make([]agg, len(t.bases))
+	p.Runs = make([]RunProgress, len(t.jobs))
 	for i, j := range t.jobs {
+		p.Runs[i] = RunProgress{Baseline: t.bases[j.base].name, Simulated: t.now[i], Total: t.end, Started: t.state[i] != 0, Done: t.state[i] == 2}
 		a := &per[j.base]
 		a.now += t.now[i]
 		a.total += t.end
