@@ -79,7 +79,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, n)
 	}
 	if unbalanced {
-		fmt.Fprintln(w, "arrived = done + waiting + in service at the end + turned away (max_pending); report.json (--out, --format json) has each")
+		fmt.Fprintln(w, "arrived = done + waiting + in service at the end + turned away (max_pending); report.json (--out, --format json) has each count")
 	}
 	if shared {
 		fmt.Fprintln(w, "preempt/s and GPU util are each baseline's, over all its GPUs and workloads: on its first row")

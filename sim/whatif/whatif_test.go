@@ -95,6 +95,66 @@ func TestTimesliceInflation(t *testing.T) {
 	}
 }
 
+// TestGPreemptPreset: GPreempt's preset (BE timeslice 1 µs, LC 1 s, set
+// once) makes the GPU's own time-slicing yield BE to LC within a
+// microsecond plus a save and a switch: on the shipped example, the LC
+// tail stays near exclusive where the driver's default 1 ms slices
+// inflate it by multiples, and BE keeps what ideal priority leaves it.
+// With the default slices, or with 1 ms LC slices that let BE back in
+// mid-request, the LC tail would grow past the bound.
+func TestGPreemptPreset(t *testing.T) {
+	if gpreemptSlices(sim.ClassBE) != time.Microsecond || gpreemptSlices(sim.ClassLC) != time.Second {
+		t.Fatalf("preset: BE %v, LC %v; want 1µs and 1s", gpreemptSlices(sim.ClassBE), gpreemptSlices(sim.ClassLC))
+	}
+	f := examples(t, "timeslice-inflation.yaml")
+	r, err := Run(context.Background(), config(t, f, 20*time.Second, 1, Exclusive, Timeslice, Priority, GPreempt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp, ts := lc(t, r, GPreempt, "resnet-infer"), lc(t, r, Timeslice, "resnet-infer")
+	if gp.P99Ratio < 1 || gp.P99Ratio > 1.2 || ts.P99Ratio < 4 {
+		t.Errorf("p99/exclusive: gpreempt %.2f (want within [1, 1.2]), timeslice %.2f (want ≥ 4)", gp.P99Ratio, ts.P99Ratio)
+	}
+	be := map[string]float64{}
+	for _, b := range r.Baselines {
+		if len(b.BE) == 1 {
+			be[b.Name] = b.BE[0].Fraction
+		}
+	}
+	if d := be[GPreempt] - be[Priority]; d < -0.05 || d > 0.05 {
+		t.Errorf("BE throughput/exclusive: gpreempt %.3f, priority %.3f: want within 0.05", be[GPreempt], be[Priority])
+	}
+
+	// An LC request of 5 ms of kernels with no synchronization between
+	// them outlasts the driver's 1 ms slice: under the preset its 1 s
+	// slice keeps BE off until it ends, as ideal priority does.
+	long, err := workload.Parse([]byte(`gpus: 1
+lc:
+  - name: long
+    gpu: 0
+    arrival: {process: poisson, rate: 20}
+    request:
+      - kernel: {count: 50, duration: 100us}
+be:
+  - name: train
+    gpu: 0
+    kernel: {dist: lognormal, mean: 20ms, cv: 0.1}
+    sync_every: 8
+`), "long.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = Run(context.Background(), config(t, long, 20*time.Second, 1, Exclusive, Priority, GPreempt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp, pr := lc(t, r, GPreempt, "long"), lc(t, r, Priority, "long")
+	if gp.P50NS > pr.P50NS*102/100 {
+		t.Errorf("a 5 ms LC request: p50 %v under the preset, %v under ideal priority: want within 2%% (BE back in at each LC slice's end?)",
+			time.Duration(gp.P50NS), time.Duration(pr.P50NS))
+	}
+}
+
 // TestDeterministic: the same seed gives the same report.json bytes
 // however many runs go at once; a different seed gives different ones.
 func TestDeterministic(t *testing.T) {

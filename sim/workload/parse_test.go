@@ -197,7 +197,7 @@ func TestLoadWarnings(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := LoadWarnings(f, time.Hour)
-	if len(w) != 1 || !strings.Contains(w[0], "gpu 0: the LC workloads a ask for 500 s of kernel time per simulated second, 500× what the GPU has") ||
+	if len(w) != 1 || !strings.Contains(w[0], "gpu 0: the LC workload a asks for 500 s of kernel time per simulated second, 500× what the GPU has: no baseline can serve it, and its queue grows") ||
 		!strings.Contains(w[0], "a has max_pending 100000 requests waiting after about 2.004s and turns later ones away") {
 		t.Errorf("warnings %q", w)
 	}

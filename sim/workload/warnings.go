@@ -91,8 +91,12 @@ func LoadWarnings(f *File, d time.Duration) []string {
 		if l <= 1 {
 			continue
 		}
-		msg := fmt.Sprintf("gpu %d: the LC workloads %s ask for %.3g s of kernel time per simulated second, %.3g× what the GPU has: "+
-			"no baseline can serve them, and their queues grow", g, strings.Join(who[g], ", "), l, l)
+		subject, object := "the LC workloads "+strings.Join(who[g], ", ")+" ask", "them, and their queues grow"
+		if len(who[g]) == 1 {
+			subject, object = "the LC workload "+who[g][0]+" asks", "it, and its queue grows"
+		}
+		msg := fmt.Sprintf("gpu %d: %s for %.3g s of kernel time per simulated second, %.3g× what the GPU has: "+
+			"no baseline can serve %s", g, subject, l, l, object)
 		for i := range s.LC {
 			lc := &s.LC[i]
 			if lc.GPU != g || growth[i] == 0 {
