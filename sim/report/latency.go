@@ -5,14 +5,15 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Latency plot geometry (pixels).
 const (
 	latPlotW, latPlotH = 560, 300
-	latLeft            = 64 // room for the share labels
-	latTop             = 40 // room for the title
-	latPanelGap        = 80 // below a panel: tick labels and axis title
+	latLeft            = 112 // room for the share labels and the guides' names
+	latTop             = 40  // room for the title
+	latPanelGap        = 80  // below a panel: tick labels and axis title
 )
 
 // WriteLatency draws, for each LC workload, the share of its requests
@@ -92,7 +93,6 @@ func (r *Report) latencyPanel(c *canvas, name string, top float64) float64 {
 		n = max(n, cv.n)
 	}
 	from, to, ticks := logTicks(lo, hi)
-	u := unitFor(to)
 	// The share axis goes down to the decade below one request in n.
 	floor := math.Pow(10, -math.Ceil(math.Log10(float64(max(n, 1000)))))
 	x := func(ns float64) float64 {
@@ -102,34 +102,53 @@ func (r *Report) latencyPanel(c *canvas, name string, top float64) float64 {
 		return y0 + math.Log10(max(share, floor))/math.Log10(floor)*latPlotH
 	}
 	c.rect(x0, y0, latPlotW, latPlotH, `fill="none" stroke="#444"`, "")
-	for _, t := range ticks {
+	ticks, labels, unitName := latencyTicks(ticks, to, x)
+	for i, t := range ticks {
 		c.line(x(t), y0, x(t), y0+latPlotH, `stroke="#ddd"`)
-		c.text(x(t), y0+latPlotH+16, "middle", u.label(t), fontSize, "")
+		c.text(x(t), y0+latPlotH+20, "middle", labels[i], fontSize, "")
 	}
-	c.text(x0+latPlotW/2, y0+latPlotH+36, "middle", fmt.Sprintf("request latency (%s, log scale)", u.name), fontSize, "")
+	title := "request latency (log scale)"
+	if unitName != "" {
+		title = fmt.Sprintf("request latency (%s, log scale)", unitName)
+	}
+	c.text(x0+latPlotW/2, y0+latPlotH+40, "middle", title, fontSize, "")
+	// The guides' names stand left of their share's label, outside the
+	// plot, where no curve can run over them; a guide at the axis's
+	// floor (too few requests to place it) is left out.
 	for s := 1.0; s >= floor*0.99; s /= 10 {
 		c.line(x0, y(s), x0+latPlotW, y(s), `stroke="#eee"`)
-		c.text(x0-6, y(s)+4, "end", percent(s), fontSize, "")
+		label := percent(s)
+		c.text(x0-6, y(s)+4, "end", label, fontSize, "")
+		for _, g := range []struct {
+			share float64
+			name  string
+		}{{0.01, "p99"}, {0.001, "p99.9"}} {
+			if math.Abs(s/g.share-1) < 1e-6 && s > floor*1.01 {
+				c.line(x0, y(s), x0+latPlotW, y(s), `stroke="#666" stroke-dasharray="4 3"`)
+				c.text(x0-6-textWidth(label, fontSize)-8, y(s)+4, "end", g.name, 11, ` fill="#444"`)
+			}
+		}
 	}
 	c.vtext(16, y0+latPlotH/2, "share of requests slower (log scale)")
-	for _, g := range []struct {
-		share float64
-		name  string
-	}{{0.01, "p99"}, {0.001, "p99.9"}} {
-		if g.share < floor {
-			continue
+	// Every curve's pixels first, to find those drawn exactly over an
+	// earlier one: the legend says so, or the hidden one would seem
+	// missing. The reference (exclusive) is drawn wide and pale under
+	// the others, so that a curve close to it does not hide it either.
+	paths := make([][][2]float64, len(cvs))
+	sameAs := make([]string, len(cvs))
+	for i, cv := range cvs {
+		paths[i] = stepPoints(cv.pts, x, y, from, floor)
+		for j := range i {
+			if slices.Equal(paths[i], paths[j]) {
+				sameAs[i] = cvs[j].baseline
+				break
+			}
 		}
-		c.line(x0, y(g.share), x0+latPlotW, y(g.share), `stroke="#666" stroke-dasharray="4 3"`)
-		c.text(x0+latPlotW-4, y(g.share)-4, "end", g.name, 11, ` fill="#444"`)
 	}
-	for _, cv := range cvs {
-		dash := ""
-		if cv.lc.LowerBound {
-			dash = ` stroke-dasharray="6 3"`
-		}
-		c.polyline(stepPoints(cv.pts, x, y, from, floor), fmt.Sprintf(`stroke="%s" stroke-width="2"%s`, cv.colour, dash))
+	for i, cv := range cvs {
+		c.polyline(paths[i], curveStyle(cv, 2))
 	}
-	latencyLegend(c, cvs, x0+latPlotW+16, y0+4)
+	latencyLegend(c, cvs, sameAs, x0+latPlotW+16, y0+4)
 	return y0 + latPlotH
 }
 
@@ -156,18 +175,84 @@ func stepPoints(pts [][2]float64, x func(float64) float64, y func(float64) float
 	return slices.Clip(out)
 }
 
-// latencyLegend lists the baselines with their p99, right of the plot.
-func latencyLegend(c *canvas, cvs []ccdf, lx, ly float64) {
+// latencyTicks labels the latency axis's ticks, thinned until their
+// labels stand clear of each other (to the powers of ten, then every
+// other one), at pixel positions x. The labels share one unit, named in
+// unitName, unless that unit would need exponents (an axis of many
+// decades): then each label carries its own unit and unitName is "".
+func latencyTicks(ticks []float64, to float64, x func(float64) float64) (kept []float64, labels []string, unitName string) {
+	u := unitFor(to)
+	label := func(ticks []float64) ([]string, string) {
+		var out []string
+		for _, t := range ticks {
+			if l := u.label(t); !strings.ContainsAny(l, "e") {
+				out = append(out, l)
+				continue
+			}
+			out = out[:0]
+			for _, t := range ticks {
+				tu := unitFor(t)
+				out = append(out, tu.label(t)+tu.name)
+			}
+			return out, ""
+		}
+		return out, u.name
+	}
+	clear := func(ticks []float64, labels []string) bool {
+		for i := 1; i < len(ticks); i++ {
+			need := (textWidth(labels[i-1], fontSize)+textWidth(labels[i], fontSize))/2 + 8
+			if x(ticks[i])-x(ticks[i-1]) < need {
+				return false
+			}
+		}
+		return true
+	}
+	labels, unitName = label(ticks)
+	if !clear(ticks, labels) {
+		ticks = decades(ticks)
+		labels, unitName = label(ticks)
+	}
+	for len(ticks) > 2 && !clear(ticks, labels) {
+		var every []float64
+		for i, t := range ticks {
+			if i%2 == 0 {
+				every = append(every, t)
+			}
+		}
+		ticks = every
+		labels, unitName = label(ticks)
+	}
+	return ticks, labels, unitName
+}
+
+// reference is the baseline every other is compared with; its curve is
+// drawn wide and pale, under the others.
+const reference = "exclusive"
+
+// curveStyle is the stroke of cv's curve (or legend key) of width w.
+func curveStyle(cv ccdf, w float64) string {
+	dash := ""
+	if cv.lc.LowerBound {
+		dash = ` stroke-dasharray="6 3"`
+	}
+	if cv.baseline == reference {
+		return fmt.Sprintf(`stroke="%s" stroke-width="%s" stroke-opacity="0.45"%s`, cv.colour, num(w*3), dash)
+	}
+	return fmt.Sprintf(`stroke="%s" stroke-width="%s"%s`, cv.colour, num(w), dash)
+}
+
+// latencyLegend lists the baselines with their p99, right of the plot;
+// sameAs names, for a curve drawn exactly over an earlier one, that one.
+func latencyLegend(c *canvas, cvs []ccdf, sameAs []string, lx, ly float64) {
 	for i, cv := range cvs {
 		yy := ly + float64(i)*20
-		dash := ""
-		if cv.lc.LowerBound {
-			dash = ` stroke-dasharray="6 3"`
-		}
-		c.line(lx, yy, lx+22, yy, fmt.Sprintf(`stroke="%s" stroke-width="3"%s`, cv.colour, dash))
+		c.line(lx, yy, lx+22, yy, curveStyle(cv, 3))
 		p99 := "p99 " + dur(cv.lc.P99NS)
 		if cv.lc.LowerBound {
 			p99 = "p99 ≥" + dur(cv.lc.P99NS) + ", backlog"
+		}
+		if sameAs[i] != "" {
+			p99 += " (same curve as " + sameAs[i] + ")"
 		}
 		c.text(lx+28, yy+4, "start", cv.baseline+"  "+p99, fontSize, "")
 	}

@@ -206,8 +206,14 @@ func TestSVGLayout(t *testing.T) {
 	if err := r.WriteTimeline(&tl, 1000); err != nil {
 		t.Fatal(err)
 	}
-	check("latency", lat.Bytes(), "request latency (ms, log scale)", "share of requests slower (log scale)", "p99", "p99.9",
-		"100%", "1%", "0.1%", "a-baseline-with-a-very-long-name-indeed  p99 ≥9.91ms, backlog", "timeslice  p99 9.91ms", "0.01", "0.02", "0.05", "1", "10")
+	check("latency", lat.Bytes(), "request latency (ms, log scale)", "share of requests slower (log scale)", "p99",
+		"100%", "1%", "0.1%", "a-baseline-with-a-very-long-name-indeed  p99 ≥9.91ms, backlog (same curve as timeslice)", "timeslice  p99 9.91ms",
+		"0.01", "0.02", "0.05", "1", "10")
+	// 1,000 requests put the share axis's floor at 0.1%: no p99.9 guide
+	// there, where it would lie on the frame and place nothing.
+	if strings.Contains(lat.String(), ">p99.9<") {
+		t.Error("a p99.9 guide on an axis whose floor is 0.1%")
+	}
 	check("timeline", tl.Bytes(), "simulated time (µs)", "context switch", "save of a preempted kernel", "gpu 0",
 		"gpu 0 · infer<&>", "gpu 0 · train")
 	_, _, texts := layout(t, lat.Bytes())
@@ -302,5 +308,52 @@ func TestTimelineMarksShow(t *testing.T) {
 	var x, y, w float64
 	if _, err := fmt.Sscanf(rect, `<rect x="%g" y="%g" width="%g"`, &x, &y, &w); err != nil || w < tlMarkW {
 		t.Errorf("switch drawn %q (width %g, %v), want at least %g px", rect, w, err, tlMarkW)
+	}
+}
+
+// TestTimelineDenseMarks: switches closer together than the least width
+// a mark is drawn with keep their own width, so that the runs between
+// them still show (a BE timeslice of 50 µs in a window of 50 ms is under
+// a pixel apart); a switch standing apart is still widened to show.
+func TestTimelineDenseMarks(t *testing.T) {
+	var tl []sim.Segment
+	for i := range uint64(1000) { // a switch every 50 µs of the first 50 ms
+		tl = append(tl, sim.Segment{GPU: 0, PID: 1 + uint32(i%2), Kind: sim.SegmentRun, Start: i * 50_000, End: i*50_000 + 45_000},
+			sim.Segment{GPU: 0, PID: 1 + uint32((i+1)%2), Kind: sim.SegmentSwitch, Start: i*50_000 + 45_000, End: i*50_000 + 50_000})
+	}
+	tl = append(tl, sim.Segment{GPU: 0, PID: 1, Kind: sim.SegmentRun, Start: 50_000_000, End: 90_000_000},
+		sim.Segment{GPU: 0, PID: 2, Kind: sim.SegmentSwitch, Start: 90_000_000, End: 90_020_000})
+	r := &Report{GPUs: 1, Baselines: []Baseline{{Name: "timeslice", Timeline: tl}}}
+	var b bytes.Buffer
+	if err := r.WriteTimeline(&b, 100_000_000); err != nil {
+		t.Fatal(err)
+	}
+	x0, first := -1.0, 0.0 // the plot's left edge; the first 50 ms's runs
+	var marks float64
+	isolated := false
+	for _, line := range strings.Split(b.String(), "\n") {
+		var x, y, w float64
+		if _, err := fmt.Sscanf(line, `<rect x="%g" y="%g" width="%g"`, &x, &y, &w); err != nil || !strings.Contains(line, "<title>") {
+			continue
+		}
+		if x0 < 0 {
+			x0 = x
+		}
+		switch {
+		case strings.Contains(line, "<title>context switch to 2 90.0ms"):
+			isolated = true
+			if w < tlMarkW {
+				t.Errorf("a switch standing apart drawn %g px wide, want at least %g", w, tlMarkW)
+			}
+		case strings.Contains(line, "<title>context switch"):
+			marks += w
+		case x < x0+tlPlotW/2:
+			first += w
+		}
+	}
+	// The first 50 ms are 320 px, a tenth of them switching.
+	if !isolated || marks > 0.2*tlPlotW/2 || first < 0.7*tlPlotW/2 {
+		t.Errorf("dense switches cover %.0f px and runs %.0f px of the first %d (isolated switch drawn: %v): want the runs to show",
+			marks, first, tlPlotW/2, isolated)
 	}
 }

@@ -7,24 +7,51 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"unicode/utf8"
+	"strings"
 )
 
 // palette colours baselines and workloads (colour-blind-safe Tableau 10).
 var palette = []string{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"}
 
-// Font metrics: the plots use the viewer's sans-serif font, whose width
-// the SVG cannot know; layouts reserve charWidth em per character, more
-// than DejaVu Sans, Liberation Sans, Helvetica or Arial use on average
-// (about 0.55 em), so that text placed by them is never clipped.
+// Font metrics: the plots use the viewer's sans-serif font, whose widths
+// the SVG cannot know; layouts reserve room for text by charWidth, an
+// estimate per character at least as wide as DejaVu Sans (the widest of
+// the common sans-serif fonts, Linux's default) sets it, and Liberation
+// Sans, Helvetica and Arial less so, so that text placed by it is never
+// clipped nor runs into its neighbours (TestSVGLayoutInBrowser measures
+// the plots as Chromium lays them out). Bold text is wider still.
 const (
 	fontSize  = 12
-	charWidth = 0.62
+	boldWidth = 1.1
 )
+
+// charWidth is the width of r in em, by class: DejaVu Sans sets i and l
+// at 0.28 em, most lower-case letters and digits at 0.55–0.64, upper case
+// at 0.6–0.8, m, w, M and W at 0.82–1.0, symbols such as ≥ at 0.84, and
+// CJK characters at 1.
+func charWidth(r rune) float64 {
+	switch {
+	case strings.ContainsRune("iljtfI.,:;'!|() []", r):
+		return 0.42
+	case strings.ContainsRune("mwMW@%", r):
+		return 1.0
+	case r >= 'A' && r <= 'Z':
+		return 0.8
+	case r >= 0x2e80:
+		return 1.0
+	case r > 0x7f: // symbols: ≥ and × are 0.84 em
+		return 0.85
+	}
+	return 0.65
+}
 
 // textWidth estimates the width in pixels of s set at size px.
 func textWidth(s string, size float64) float64 {
-	return float64(utf8.RuneCountInString(s)) * charWidth * size
+	w := 0.0
+	for _, r := range s {
+		w += charWidth(r)
+	}
+	return w * size
 }
 
 // canvas builds an SVG document whose size is fixed only at the end, from
@@ -43,6 +70,9 @@ func (c *canvas) extend(x, y float64) {
 // attrs are extra attributes (font weight, colour).
 func (c *canvas) text(x, y float64, anchor, s string, size float64, attrs string) {
 	w := textWidth(s, size)
+	if strings.Contains(attrs, "bold") {
+		w *= boldWidth
+	}
 	right := x + w
 	switch anchor {
 	case "middle":

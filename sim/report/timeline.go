@@ -91,23 +91,39 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 			c.text(10, yy+h/2+4, "start", l.label, fontSize, "")
 			c.rect(x0, yy, tlPlotW, h, `fill="#f4f4f4"`, "")
 			// Runs first, then switches and saves over them, at least
-			// tlMarkW wide: tens of microseconds are under a pixel of a
-			// window of milliseconds, and would not show between runs.
-			for _, runs := range []bool{true, false} {
-				for _, seg := range bl.b.Timeline {
-					if seg.GPU != l.gpu || seg.Start >= window || (l.pid != 0 && seg.PID != l.pid) || (seg.Kind == sim.SegmentRun) != runs {
-						continue
-					}
-					fill, title, minW := switchColour, "context switch to "+nameOf(bl.b, seg.PID), tlMarkW
-					switch seg.Kind {
-					case sim.SegmentRun:
-						fill, title, minW = colour[seg.PID], nameOf(bl.b, seg.PID), 0.3
-					case sim.SegmentPreempt:
-						fill, title = saveColour, "save of a preempted kernel"
-					}
-					c.rect(x(seg.Start), yy, max(x(seg.End)-x(seg.Start), minW), h, fmt.Sprintf(`fill="%s"`, fill),
-						fmt.Sprintf("%s %s–%s", title, dur(seg.Start), dur(seg.End)))
+			// tlMarkW wide where they stand apart: tens of microseconds
+			// are under a pixel of a window of milliseconds, and would
+			// not show between runs. Marks closer together than twice
+			// that keep their own width, however thin, or widened they
+			// would hide the runs between them.
+			var marks []sim.Segment
+			for _, seg := range bl.b.Timeline {
+				if seg.GPU != l.gpu || seg.Start >= window || (l.pid != 0 && seg.PID != l.pid) {
+					continue
 				}
+				if seg.Kind != sim.SegmentRun {
+					marks = append(marks, seg)
+					continue
+				}
+				c.rect(x(seg.Start), yy, max(x(seg.End)-x(seg.Start), 0.3), h, fmt.Sprintf(`fill="%s"`, colour[seg.PID]),
+					fmt.Sprintf("%s %s–%s", nameOf(bl.b, seg.PID), dur(seg.Start), dur(seg.End)))
+			}
+			for i, seg := range marks {
+				fill, title := switchColour, "context switch to "+nameOf(bl.b, seg.PID)
+				if seg.Kind == sim.SegmentPreempt {
+					fill, title = saveColour, "save of a preempted kernel"
+				}
+				w := x(seg.End) - x(seg.Start)
+				apart := (i == 0 || x(seg.Start)-x(marks[i-1].End) >= 2*tlMarkW) &&
+					(i == len(marks)-1 || x(marks[i+1].Start)-x(seg.End) >= 2*tlMarkW)
+				if apart {
+					w = max(w, tlMarkW)
+				}
+				if w < 0.05 {
+					continue // nothing a viewer could see
+				}
+				c.rect(x(seg.Start), yy, w, h, fmt.Sprintf(`fill="%s"`, fill),
+					fmt.Sprintf("%s %s–%s", title, dur(seg.Start), dur(seg.End)))
 			}
 			yy += h + 2
 		}
