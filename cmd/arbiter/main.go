@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 // version is set at link time by the Makefile (-X main.version=...).
@@ -18,10 +20,10 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd(version).ExecuteContext(ctx)
+	cmd, err := newRootCmd(version).ExecuteContextC(ctx)
 	stop()
 	if err != nil {
-		err = rootError(err)
+		err = withUsage(rootError(err), cmd)
 		fmt.Fprintln(os.Stderr, errorText(err))
 		var ec exitCoder
 		if errors.As(err, &ec) {
@@ -45,6 +47,17 @@ func rootError(err error) error {
 		return usageErrorf("%w\n%s", err, rootUsage)
 	}
 	return err
+}
+
+// withUsage adds the usage line of cmd, the command that ran, to an error
+// of exit status 2 (used wrongly) that does not name it yet (a flag value
+// the command refuses: "--format xml"), so that every one ends with it.
+func withUsage(err error, cmd *cobra.Command) error {
+	ec, ok := errors.AsType[exitCoder](err)
+	if !ok || ec.ExitCode() != 2 || cmd == nil || strings.Contains(err.Error(), "\nusage: ") {
+		return err
+	}
+	return usageErrorf("%w\nusage: %s", err, cmd.UseLine())
 }
 
 // errorText is how main prints a command's error: after "arbiter: ",

@@ -369,7 +369,11 @@ row first (a trace needs topdown, so --explain always evaluates with it).`,
 				if name == "-" {
 					name = "standard input"
 				}
-				return &policyExit{2, fmt.Errorf("--input %s: %s (arbiter policy schema input prints what it must be)", name, strings.TrimPrefix(err.Error(), "input: "))}
+				msg := strings.TrimPrefix(err.Error(), "input: ")
+				if !strings.Contains(msg, "arbiter policy schema input") {
+					msg += " (arbiter policy schema input prints what it must be)"
+				}
+				return &policyExit{2, fmt.Errorf("--input %s: %s", name, msg)}
 			}
 			out := cmd.OutOrStdout()
 			opts, err := policyOptions(evaluator, &policy.Options{Print: func(pr policy.Print) {

@@ -62,7 +62,7 @@ be released, after saying what.`,
   sudo arbiter recover --format json
 
   # systemd unit of the daemon
-  ExecStopPost=/usr/local/bin/arbiter recover`,
+  ExecStopPost=/usr/bin/arbiter recover`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			warnDefaults(cmd.ErrOrStderr(), cmd, o.cfgErr, "bpffs", "state-dir")

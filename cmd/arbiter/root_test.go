@@ -78,8 +78,8 @@ func TestUsageErrors(t *testing.T) {
 // TestRootErrors: main prints a command's error once prefixed with the
 // program's name, names the root's usage where the root was given a flag
 // or command it does not have, and ends a command used wrongly with exit
-// status 2 (1 is a command that ran and failed); --version prints what
-// version does.
+// status 2 and its usage line (1 is a command that ran and failed);
+// --version prints what version does.
 func TestRootErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -91,7 +91,10 @@ func TestRootErrors(t *testing.T) {
 		{[]string{"--bogus"}, "arbiter: unknown flag: --bogus\nusage: arbiter COMMAND (arbiter --help lists them)", 2},
 		{[]string{"policy", "check"}, "arbiter policy check: requires at least 1 arg(s)", 2},
 		{[]string{"policy", "bogus"}, "arbiter policy: unknown command \"bogus\"", 2},
-		{[]string{"ps", "--format", "xml"}, "arbiter: --format \"xml\": want table or json", 2},
+		{[]string{"ps", "--format", "xml"}, "arbiter: --format \"xml\": want table or json\nusage: arbiter ps [flags]", 2},
+		{[]string{"sim", "--workload", "x.yaml", "--duration", "-1s"}, "arbiter: --duration -1s: must not be negative\nusage: arbiter sim --workload FILE", 2},
+		{[]string{"policy", "eval", "x"}, "arbiter: --input FILE is required\nusage: arbiter policy eval DIR|BUNDLE --input FILE [flags]", 2},
+		{[]string{"policy", "schema", "bogus"}, "arbiter: unknown schema \"bogus\": want input, decision or victims\nusage: arbiter policy schema", 2},
 		{[]string{"sim", "--workload", "x.yaml", "--baselines", "nope"}, "arbiter: --baselines: unknown baseline \"nope\"", 2},
 		{[]string{"channels", "suspend"}, "arbiter channels suspend: accepts 1 arg(s), received 0", 2},
 		{[]string{"channels", "suspend", "x"}, "arbiter: PID \"x\": want a positive process id", 2},
@@ -107,8 +110,8 @@ func TestRootErrors(t *testing.T) {
 		root.SetErr(&out)
 		root.SetArgs(c.args)
 		got, code := "", 0
-		if err := root.Execute(); err != nil {
-			err = rootError(err)
+		if cmd, err := root.ExecuteC(); err != nil {
+			err = withUsage(rootError(err), cmd)
 			got, code = errorText(err), 1
 			var ec exitCoder
 			if errors.As(err, &ec) {
