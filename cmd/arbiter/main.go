@@ -49,12 +49,11 @@ func rootError(err error) error {
 	return err
 }
 
-// withUsage adds the usage line of cmd, the command that ran, to an error
-// of exit status 2 (used wrongly) that does not name it yet (a flag value
-// the command refuses: "--format xml"), so that every one ends with it.
+// withUsage adds the usage line of cmd, the command that ran, to a usage
+// error that does not name it yet (a flag value the command refuses:
+// "--format xml"), so that every one ends with it.
 func withUsage(err error, cmd *cobra.Command) error {
-	ec, ok := errors.AsType[exitCoder](err)
-	if !ok || ec.ExitCode() != 2 || cmd == nil || strings.Contains(err.Error(), "\nusage: ") {
+	if _, ok := errors.AsType[*usageError](err); !ok || cmd == nil || strings.Contains(err.Error(), "\nusage: ") {
 		return err
 	}
 	return usageErrorf("%w\nusage: %s", err, cmd.UseLine())

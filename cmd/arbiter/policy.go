@@ -18,7 +18,8 @@ import (
 )
 
 // policyExit is an error that sets the exit status: 1 when a policy is
-// broken or its tests fail, 2 when the command was used wrongly.
+// broken or its tests fail, 2 when eval's input document is wrong (a
+// command used wrongly is a usageError).
 type policyExit struct {
 	code int
 	err  error
@@ -55,7 +56,7 @@ func policyEvaluatorFlag(cmd *cobra.Command, ev *string) {
 func policyOptions(ev string, o *policy.Options) (*policy.Options, error) {
 	e, err := policy.ParseEvaluator(ev)
 	if err != nil {
-		return nil, &policyExit{2, fmt.Errorf("--evaluator: %w", err)}
+		return nil, usageErrorf("--evaluator: %w", err)
 	}
 	if o == nil {
 		o = &policy.Options{}
@@ -75,7 +76,7 @@ func policyEvaluator(p *policy.Policy) (name, note string) {
 
 func policyCheckFormat(format string) error {
 	if format != "text" && format != "human" && format != "json" {
-		return &policyExit{2, fmt.Errorf("--format %q: want text or json", format)}
+		return usageErrorf("--format %q: want text or json", format)
 	}
 	return nil
 }
@@ -356,7 +357,7 @@ row first (a trace needs topdown, so --explain always evaluates with it).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if input == "" {
-				return &policyExit{2, errors.New("--input FILE is required")}
+				return usageErrorf("--input FILE is required")
 			}
 			r, err := policyOpenInput(cmd, input)
 			if err != nil {
@@ -434,7 +435,7 @@ func newPolicySchemaCmd() *cobra.Command {
 			for _, n := range names {
 				b, err := schema.JSON(n)
 				if err != nil {
-					return &policyExit{2, err}
+					return usageErrorf("%w", err)
 				}
 				if _, err := cmd.OutOrStdout().Write(b); err != nil {
 					return err

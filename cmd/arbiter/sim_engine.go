@@ -57,13 +57,15 @@ func arbiterBaseline(ctx context.Context, dir string, gpus int, gap time.Duratio
 		Controller: whatif.EngineController(plan, opts)}, plan, nil
 }
 
-// classMismatches classifies each spec workload (its first process: the
-// replicas of one look alike to a policy) as the arbiter baseline will,
-// and says, for each whose class the policy and the spec disagree on
-// (an LC workload the policy does not make latency-critical, a BE one it
-// does), what the policy decided and how to give it what it reads.
-// Without that, the arbiter row compares the policy against a workload
-// it never saw as the spec meant it.
+// classMismatches classifies each spec workload (its first process, with
+// the pid the run gives it: a policy that keys on the comm may tell the
+// replicas of one apart, NAME/0, NAME/1, but the spec gives them the same
+// labels and env) as the arbiter baseline will, and says, for each whose
+// class the policy and the spec disagree on (an LC workload the policy
+// does not make latency-critical, a BE one it does), what the policy
+// decided and how to give it what it reads; and where the policy failed,
+// that it did. Without that, the arbiter row compares the policy against
+// a workload it never saw as the spec meant it.
 func classMismatches(dir string, plan whatif.PlanFunc, ws []workload.Workload) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -73,28 +75,27 @@ func classMismatches(dir string, plan whatif.PlanFunc, ws []workload.Workload) [
 		}
 		seen[w.Group] = true
 		lc := w.Class == sim.ClassLC
-		pl, reason, err := plan(whatif.Process{PID: uint32(i + 1), Name: w.Name, Group: w.Group, Class: w.Class, GPU: w.GPU,
+		pl, reason, err := plan(whatif.Process{PID: uint32(sim.FirstPID + i), Name: w.Name, Group: w.Group, Class: w.Class, GPU: w.GPU,
 			SLO: w.SLO, Labels: w.Labels, Env: w.Env})
-		if err == nil && pl.LatencyCritical == lc {
-			continue
+		switch {
+		case err != nil:
+			out = append(out, fmt.Sprintf("--policy %s failed to classify %s (%v): the engine applies its fallback, class %s, as it would on a node; "+
+				"arbiter policy eval %s --input FILE shows the failure for an input document", dir, w.Group, err, printable(pl.Class), dir))
+		case pl.LatencyCritical == lc:
+		case !lc:
+			out = append(out, fmt.Sprintf("--policy %s makes %s, a BE workload in the spec, latency-critical (class %s; reason: %s): "+
+				"its requests will preempt the LC workloads; change the labels or env the spec gives it if that is not meant",
+				dir, w.Group, printable(pl.Class), printable(reason)))
+		default:
+			given := "the spec gives it none"
+			if len(w.Labels)+len(w.Env) > 0 {
+				given = "those the spec gives it do not make it latency-critical"
+			}
+			out = append(out, fmt.Sprintf("--policy %s does not make %s, an LC workload in the spec, latency-critical (class %s; reason: %s): "+
+				"the policy classifies by the labels and env the spec gives a workload, and %s; "+
+				"for rego/default add labels: {arbiter.io/class: latency-critical} to it (docs/simulator.md, \"Workload specs\")",
+				dir, w.Group, printable(pl.Class), printable(reason), given))
 		}
-		why := fmt.Sprintf("reason: %s", printable(reason))
-		if err != nil {
-			why = fmt.Sprintf("the policy failed (%v), so its default applies", err)
-		}
-		if !lc {
-			out = append(out, fmt.Sprintf("--policy %s makes %s, a BE workload in the spec, latency-critical (class %s; %s): "+
-				"its requests will preempt the LC workloads; change the labels or env the spec gives it if that is not meant", dir, w.Group, printable(pl.Class), why))
-			continue
-		}
-		given := "the spec gives it none"
-		if len(w.Labels)+len(w.Env) > 0 {
-			given = "those the spec gives it do not make it latency-critical"
-		}
-		out = append(out, fmt.Sprintf("--policy %s does not make %s, an LC workload in the spec, latency-critical (class %s; %s): "+
-			"the policy classifies by the labels and env the spec gives a workload, and %s; "+
-			"for rego/default add labels: {arbiter.io/class: latency-critical} to it (docs/simulator.md, \"Workload specs\")",
-			dir, w.Group, printable(pl.Class), why, given))
 	}
 	return out
 }

@@ -472,6 +472,34 @@ be:
 	if want := "makes posing, a BE workload in the spec, latency-critical (class latency-critical; reason: env ARBITER_CLASS)"; !strings.Contains(warnings[1], want) {
 		t.Errorf("second warning %q lacks %q", warnings[1], want)
 	}
+	// A policy whose rules conflict for the BE workload (two values for
+	// one comm): its failure is said as such, with the fallback class,
+	// not taken for a class the spec disagrees with.
+	broken := filepath.Join(dir, "broken")
+	if err := os.MkdirAll(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "policy.rego"), []byte(`package arbiter
+
+import data.arbiter.lib
+
+default_decision := lib.with_reason(lib.classes["best-effort"], "default")
+
+classify := object.union(lib.classes["latency-critical"], {"reason": "labelled"}) if lib.label("arbiter.io/class") == "latency-critical"
+
+classify := object.union(lib.classes["best-effort"], {"reason": "a"}) if input.process.comm == "train"
+
+classify := object.union(lib.classes["best-effort"], {"reason": "b"}) if startswith(input.process.comm, "tr")
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policyDir = broken
+	stderr = run(spec)
+	if want := "warning: --policy " + broken + " failed to classify train ("; !strings.Contains(stderr, want) ||
+		!strings.Contains(stderr, "the engine applies its fallback, class best-effort") || strings.Contains(stderr, "makes train") {
+		t.Errorf("a policy that fails for train: want %q and its fallback, not a class mismatch, in:\n%s", want, stderr)
+	}
+	policyDir = filepath.Join("..", "..", "rego", "default")
 	examples, err := filepath.Glob(filepath.Join("..", "..", "examples", "workloads", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)

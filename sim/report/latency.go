@@ -145,8 +145,12 @@ func (r *Report) latencyPanel(c *canvas, name string, top float64) float64 {
 			}
 		}
 	}
-	for i, cv := range cvs {
-		c.polyline(paths[i], curveStyle(cv, 2))
+	for _, under := range []bool{true, false} {
+		for i, cv := range cvs {
+			if (cv.baseline == reference) == under {
+				c.polyline(paths[i], curveStyle(cv, 2))
+			}
+		}
 	}
 	latencyLegend(c, cvs, sameAs, x0+latPlotW+16, y0+4)
 	return y0 + latPlotH

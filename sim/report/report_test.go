@@ -312,9 +312,11 @@ func TestTimelineMarksShow(t *testing.T) {
 }
 
 // TestTimelineDenseMarks: switches closer together than the least width
-// a mark is drawn with keep their own width, so that the runs between
-// them still show (a BE timeslice of 50 µs in a window of 50 ms is under
-// a pixel apart); a switch standing apart is still widened to show.
+// a mark is drawn with are not widened, so that the runs between them
+// still show (a BE timeslice of 50 µs in a window of 50 ms is under a
+// pixel apart), but drawn a pixel column at a time, as wide as the time
+// they took in it, so that they do not vanish either; a switch standing
+// apart is still widened to show.
 func TestTimelineDenseMarks(t *testing.T) {
 	var tl []sim.Segment
 	for i := range uint64(1000) { // a switch every 50 µs of the first 50 ms
@@ -345,15 +347,35 @@ func TestTimelineDenseMarks(t *testing.T) {
 			if w < tlMarkW {
 				t.Errorf("a switch standing apart drawn %g px wide, want at least %g", w, tlMarkW)
 			}
-		case strings.Contains(line, "<title>context switch"):
+		case strings.Contains(line, "<title>context switch") || strings.Contains(line, " context switches</title>"):
 			marks += w
 		case x < x0+tlPlotW/2:
 			first += w
 		}
 	}
-	// The first 50 ms are 320 px, a tenth of them switching.
-	if !isolated || marks > 0.2*tlPlotW/2 || first < 0.7*tlPlotW/2 {
+	// The first 50 ms are 320 px, a tenth of them switching: the marks,
+	// a column at a time, show that tenth.
+	if !isolated || marks < 0.05*tlPlotW/2 || marks > 0.2*tlPlotW/2 || first < 0.7*tlPlotW/2 {
 		t.Errorf("dense switches cover %.0f px and runs %.0f px of the first %d (isolated switch drawn: %v): want the runs to show",
 			marks, first, tlPlotW/2, isolated)
+	}
+}
+
+// TestReferenceCurveUnder: the reference curve (exclusive), drawn wide and
+// pale, comes first in the document, under the others, wherever the
+// baselines put it.
+func TestReferenceCurveUnder(t *testing.T) {
+	r := sample()
+	ex := r.Baselines[0]
+	ex.Name = "exclusive"
+	r.Baselines = append(r.Baselines, ex) // exclusive last of the baselines
+	var b bytes.Buffer
+	if err := r.WriteLatency(&b); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	first := strings.Index(svg, "<polyline")
+	if first < 0 || !strings.Contains(svg[first:first+200], `stroke-opacity="0.45"`) {
+		t.Errorf("the first curve drawn is not the pale reference: %.200s", svg[max(first, 0):])
 	}
 }

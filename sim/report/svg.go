@@ -27,14 +27,16 @@ const (
 
 // charWidth is the width of r in em, by class: DejaVu Sans sets i and l
 // at 0.28 em, most lower-case letters and digits at 0.55–0.64, upper case
-// at 0.6–0.8, m, w, M and W at 0.82–1.0, symbols such as ≥ at 0.84, and
-// CJK characters at 1.
+// at 0.6–0.8, m, w, M and W at 0.82–1.0, + = < > ~ # & and symbols such
+// as ≥ at 0.78–0.84, and CJK characters at 1.
 func charWidth(r rune) float64 {
 	switch {
 	case strings.ContainsRune("iljtfI.,:;'!|() []", r):
 		return 0.42
 	case strings.ContainsRune("mwMW@%", r):
 		return 1.0
+	case strings.ContainsRune("+=<>~#&", r): // 0.78–0.84 em
+		return 0.85
 	case r >= 'A' && r <= 'Z':
 		return 0.8
 	case r >= 0x2e80:

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 
 	"github.com/gpu-arbiter/arbiter/sim"
@@ -108,6 +109,7 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 				c.rect(x(seg.Start), yy, max(x(seg.End)-x(seg.Start), 0.3), h, fmt.Sprintf(`fill="%s"`, colour[seg.PID]),
 					fmt.Sprintf("%s %s–%s", nameOf(bl.b, seg.PID), dur(seg.Start), dur(seg.End)))
 			}
+			col := pixelMarks{col: -1}
 			for i, seg := range marks {
 				fill, title := switchColour, "context switch to "+nameOf(bl.b, seg.PID)
 				if seg.Kind == sim.SegmentPreempt {
@@ -116,15 +118,14 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 				w := x(seg.End) - x(seg.Start)
 				apart := (i == 0 || x(seg.Start)-x(marks[i-1].End) >= 2*tlMarkW) &&
 					(i == len(marks)-1 || x(marks[i+1].Start)-x(seg.End) >= 2*tlMarkW)
-				if apart {
-					w = max(w, tlMarkW)
+				if !apart {
+					col.add(c, x(seg.Start), w, seg.Kind == sim.SegmentPreempt, yy, h)
+					continue
 				}
-				if w < 0.05 {
-					continue // nothing a viewer could see
-				}
-				c.rect(x(seg.Start), yy, w, h, fmt.Sprintf(`fill="%s"`, fill),
+				c.rect(x(seg.Start), yy, max(w, tlMarkW), h, fmt.Sprintf(`fill="%s"`, fill),
 					fmt.Sprintf("%s %s–%s", title, dur(seg.Start), dur(seg.End)))
 			}
+			col.flush(c, yy, h)
 			yy += h + 2
 		}
 		yy += tlGap
@@ -137,6 +138,51 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 	c.text(x0+tlPlotW/2, yy+34, "middle", fmt.Sprintf("simulated time (%s)", u.name), fontSize, "")
 	timelineLegend(c, names, 10, yy+56, x0+tlPlotW)
 	return c.writeTo(w)
+}
+
+// pixelMarks gathers the switches and saves too close together to be
+// widened (tens of them to a pixel where a timeslice is 50 µs), a pixel
+// column at a time: each column gets one mark of each kind, as wide as
+// the time they took in it, so that their share of the time shows and
+// the runs between them too. Columns come in order: marks are in time
+// order.
+type pixelMarks struct {
+	col             float64 // the column's left edge; -1 before the first
+	switchW, saveW  float64
+	switches, saves int
+}
+
+// add counts a mark at px, w pixels wide, a save or a switch, drawing the
+// column before it if px starts a new one.
+func (m *pixelMarks) add(c *canvas, px, w float64, save bool, y, h float64) {
+	if col := math.Floor(px); col != m.col {
+		m.flush(c, y, h)
+		m.col = col
+	}
+	if save {
+		m.saveW += w
+		m.saves++
+	} else {
+		m.switchW += w
+		m.switches++
+	}
+}
+
+// flush draws the column gathered so far, if any.
+func (m *pixelMarks) flush(c *canvas, y, h float64) {
+	x := m.col
+	if m.switchW+m.saveW < 0.05 {
+		*m = pixelMarks{col: -1} // nothing a viewer could see
+		return
+	}
+	if m.switches > 0 {
+		c.rect(x, y, min(m.switchW, 1), h, fmt.Sprintf(`fill="%s"`, switchColour), fmt.Sprintf("%d context switches", m.switches))
+		x += min(m.switchW, 1)
+	}
+	if m.saves > 0 {
+		c.rect(x, y, min(m.saveW, 1), h, fmt.Sprintf(`fill="%s"`, saveColour), fmt.Sprintf("%d saves of preempted kernels", m.saves))
+	}
+	*m = pixelMarks{col: -1}
 }
 
 // timelineColours gives each process that ran a colour, by pid, and lists
