@@ -46,7 +46,7 @@ const installVersion = "v7.8.9-1-gabc1234"
 //     `arbiter status` on its default socket; traces a stub-driver CUDA
 //     process; stops cleanly on SIGTERM (STOPPING=1, exit 0);
 //   - ExecStopPost (`arbiter recover`) then finds nothing to recover;
-//   - `dpkg --purge` removes it all, running `arbiter recover` on the way.
+//   - `dpkg --purge` removes it all, running `arbiter recover --detach` on the way.
 func TestDebInstallsAndRuns(t *testing.T) {
 	testenv.Privileged(t)
 	testenv.LockNodeDaemons(t)

@@ -95,12 +95,12 @@ func TestScriptsWithoutSystemd(t *testing.T) {
 		{"rpm upgrade", scriptRun{script: "postinstall.sh", args: []string{"2"}}, nil, true, ""},
 		{"deb upgrade keeps the daemon", scriptRun{script: "preremove.sh", args: []string{"upgrade", "1.3.0"}}, nil, true, ""},
 		{"rpm upgrade keeps the daemon", scriptRun{script: "preremove.sh", args: []string{"1"}}, nil, true, ""},
-		{"deb remove recovers", scriptRun{script: "preremove.sh", args: []string{"remove"}}, []string{"arbiter recover"}, true, ""},
-		{"rpm erase recovers", scriptRun{script: "preremove.sh", args: []string{"0"}}, []string{"arbiter recover"}, true, ""},
+		{"deb remove recovers", scriptRun{script: "preremove.sh", args: []string{"remove"}}, []string{"arbiter recover --detach"}, true, ""},
+		{"rpm erase recovers", scriptRun{script: "preremove.sh", args: []string{"0"}}, []string{"arbiter recover --detach"}, true, ""},
 		{"failed recover keeps the package", scriptRun{script: "preremove.sh", args: []string{"remove"}, recoverFails: true},
-			[]string{"arbiter recover"}, false, "the package stays installed"},
+			[]string{"arbiter recover --detach"}, false, "the package stays installed"},
 		{"forced removal", scriptRun{script: "preremove.sh", args: []string{"0"}, recoverFails: true, force: true},
-			[]string{"arbiter recover"}, true, "removing anyway"},
+			[]string{"arbiter recover --detach"}, true, "removing anyway"},
 		{"deb postrm", scriptRun{script: "postremove.sh", args: []string{"remove"}}, nil, true, ""},
 	}
 	for _, tc := range cases {
@@ -135,9 +135,9 @@ func TestScriptsUnderSystemd(t *testing.T) {
 		{"deb upgrade keeps the daemon", scriptRun{script: "preremove.sh", args: []string{"upgrade", "1.3.0"}}, nil},
 		{"rpm upgrade keeps the daemon", scriptRun{script: "preremove.sh", args: []string{"1"}}, nil},
 		{"deb remove stops, then recovers", scriptRun{script: "preremove.sh", args: []string{"remove"}},
-			[]string{"systemctl stop arbiter.service", "systemctl disable arbiter.service", "arbiter recover"}},
+			[]string{"systemctl stop arbiter.service", "systemctl disable arbiter.service", "arbiter recover --detach"}},
 		{"rpm erase stops, then recovers", scriptRun{script: "preremove.sh", args: []string{"0"}},
-			[]string{"systemctl stop arbiter.service", "systemctl disable arbiter.service", "arbiter recover"}},
+			[]string{"systemctl stop arbiter.service", "systemctl disable arbiter.service", "arbiter recover --detach"}},
 		{"deb postrm", scriptRun{script: "postremove.sh", args: []string{"remove"}}, []string{"systemctl daemon-reload"}},
 		{"rpm postun upgrade", scriptRun{script: "postremove.sh", args: []string{"1"}}, nil},
 	}

@@ -25,7 +25,10 @@ type recoverOptions struct {
 	bpffs    string
 	stateDir string
 	format   string
-	cfgErr   error // why the daemon's config file did not give the defaults
+	// detach also detaches the driver-call tracer and drops the handles
+	// it kept, for removing arbiter.
+	detach bool
+	cfgErr error // why the daemon's config file did not give the defaults
 	// channels holds the registry directory (nvrm/ in stateDir) and the
 	// driver flags that resuming channel groups shares with `arbiter
 	// channels`.
@@ -57,9 +60,19 @@ config file says the daemon keeps its state; a daemon run with its own
 daemon, is safe to run again, and says "nothing to recover" where nothing
 was left. It refuses to run while an arbiter keeps the state directory.
 Every process is tried; the command exits non-zero if anything could not
-be released, after saying what.`,
+be released, after saying what.
+
+With --detach, once everything is released, it also detaches the
+driver-call tracer the daemon keeps pinned across restarts (nvrm/ under
+--bpffs), which would otherwise run on every NVIDIA ioctl until the next
+boot, and drops the driver handles the tracer kept true (nvrm/state.json
+under --state-dir): for removing arbiter, as the packages do. A daemon
+started later learns the handles again from new allocations. Where
+something could not be released, nothing is detached. A failure to detach
+is a warning: nothing is left stopped or suspended for it.`,
 		Example: `  sudo arbiter recover
   sudo arbiter recover --format json
+  sudo arbiter recover --detach      # before removing arbiter
 
   # systemd unit of the daemon
   ExecStopPost=/usr/bin/arbiter recover`,
@@ -79,6 +92,7 @@ be released, after saying what.`,
 	f.StringVar(&o.bpffs, "bpffs", daemonCfg.BPFFS, "the daemon's --bpffs, where it pins the launch gate; the default is from its config file")
 	f.StringVar(&o.stateDir, "state-dir", daemonCfg.StateDir, "the daemon's --state-dir, whose nvrm/ holds what it suspended; the default is from its config file")
 	f.StringVar(&o.format, "format", "text", "output format: text or json")
+	f.BoolVar(&o.detach, "detach", false, "also detach the pinned driver-call tracer and drop the driver handles it kept, once everything is released: for removing arbiter")
 	// The flag's earlier name.
 	f.StringVar(&o.bpffs, "gate-pin-dir", daemonCfg.BPFFS, "")
 	_ = f.MarkDeprecated("gate-pin-dir", "use --bpffs, as arbiter run takes it")
@@ -111,6 +125,24 @@ type recoverReport struct {
 	Errors []string `json:"errors"`
 	// NothingToRecover is true where nothing was gated or suspended.
 	NothingToRecover bool `json:"nothing_to_recover"`
+	// Tracer is what --detach did with the driver-call tracer (absent
+	// without --detach).
+	Tracer *tracerRecovery `json:"tracer,omitempty"`
+}
+
+// tracerRecovery is what --detach did with the driver-call tracer.
+type tracerRecovery struct {
+	// Pin is where the daemon pins the tracer; Detached is true where a
+	// tracer was pinned there and is detached now.
+	Pin      string `json:"pin"`
+	Detached bool   `json:"detached"`
+	// State is the driver handles' file; Dropped is true where it was
+	// there and is removed now.
+	State   string `json:"state"`
+	Dropped bool   `json:"dropped"`
+	// NotDetached says why nothing was detached (something is left to
+	// release), empty otherwise.
+	NotDetached string `json:"not_detached,omitempty"`
 }
 
 // gateRecovery is what recover did with the launch gate.
@@ -179,6 +211,10 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 		Warnings:   []string{},
 		Errors:     []string{},
 	}
+	// Resuming opens the registry, which writes its state file back:
+	// whether one was there before says whether --detach drops handles.
+	_, statErr := os.Stat(filepath.Join(o.channels.stateDir, "state.json"))
+	hadState := statErr == nil
 	keeper, err := o.resumeChannels(rep)
 	if errors.Is(err, nvrm.ErrKeeperRunning) {
 		return fmt.Errorf("%w\n  recover releases what a stopped arbiter left: stop the running one first (it releases its own at exit)", err)
@@ -200,6 +236,9 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 		}
 	}
 	rep.NothingToRecover = len(rep.Errors) == 0 && !rep.Gate.Found && len(rep.Gate.Released) == 0 && len(rep.OtherGates) == 0 && rep.Channels.Suspended == 0
+	if o.detach {
+		o.detachTracer(rep, hadState)
+	}
 	if err := rep.write(stdout, o.format); err != nil {
 		return err
 	}
@@ -260,6 +299,45 @@ func (o *recoverOptions) resumeChannels(rep *recoverReport) (*nvrm.Keeper, error
 		return k, fmt.Errorf("channels: %w", k.ResumeErr)
 	}
 	return k, nil
+}
+
+// detachTracer detaches the driver-call tracer pinned under --bpffs and
+// removes the driver handles it kept (reported where hadState: the file
+// was there before recover opened the registry, which writes it back),
+// unless something is left to release: the tracer and the handles are
+// what resuming a suspended channel group needs. It reopens the tracer
+// through a keeper, which takes the state directory's lock (no daemon
+// starts meanwhile) and records what the tracer holds before it unpins
+// it. Its problems are warnings: nothing is left stopped or suspended
+// for them.
+func (o *recoverOptions) detachTracer(rep *recoverReport, hadState bool) {
+	t := &tracerRecovery{Pin: filepath.Join(o.bpffs, "nvrm"), State: filepath.Join(o.channels.stateDir, "state.json")}
+	rep.Tracer = t
+	if len(rep.Errors) > 0 {
+		t.NotDetached = "something is left to release (above): the tracer and the driver handles stay, for a later recover"
+		return
+	}
+	if _, err := os.Stat(filepath.Join(t.Pin, "link_nvrm_enter")); err == nil {
+		o.channels.pinPath = t.Pin
+		k, _, err := o.channels.keeper(keeperMode{trace: nvrm.TraceIfPinned, unpin: true})
+		if err == nil {
+			err = k.Close()
+		}
+		if err != nil {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("tracer: not detached (remove %s by hand: sudo rm -r %s): %v", t.Pin, t.Pin, err))
+			return
+		}
+		t.Detached = true
+	} else if !errors.Is(err, os.ErrNotExist) {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("tracer: %v", err))
+		return
+	}
+	switch err := os.Remove(t.State); {
+	case err == nil:
+		t.Dropped = hadState || t.Detached
+	case !errors.Is(err, os.ErrNotExist):
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("tracer: driver handles not dropped: %v", err))
+	}
 }
 
 // releaseGate opens every gate of the pinned gate map and removes the pin.
@@ -359,6 +437,23 @@ func (rep *recoverReport) write(w io.Writer, format string) error {
 	for _, p := range rep.Channels.Resumed {
 		if _, err := fmt.Fprintf(w, "channels: process %d: resumed %d channel group(s)\n", p.PID, p.Groups); err != nil {
 			return err
+		}
+	}
+	if t := rep.Tracer; t != nil {
+		if t.Detached {
+			if _, err := fmt.Fprintf(w, "tracer: detached the driver-call tracer pinned at %s\n", t.Pin); err != nil {
+				return err
+			}
+		}
+		if t.Dropped {
+			if _, err := fmt.Fprintf(w, "tracer: dropped the driver handles in %s\n", t.State); err != nil {
+				return err
+			}
+		}
+		if t.NotDetached != "" {
+			if _, err := fmt.Fprintf(w, "tracer: not detached: %s\n", t.NotDetached); err != nil {
+				return err
+			}
 		}
 	}
 	for _, e := range rep.Errors {

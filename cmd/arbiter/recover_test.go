@@ -19,6 +19,7 @@ import (
 	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/internal/cudastub"
 	"github.com/gpu-arbiter/arbiter/internal/testenv"
+	"github.com/gpu-arbiter/arbiter/nvrm"
 	"github.com/gpu-arbiter/arbiter/uprobe"
 )
 
@@ -228,4 +229,51 @@ func waitStopped(t *testing.T, pid int, stopped bool, what string) {
 		}
 	}
 	t.Fatalf("%s: process %d stopped=%v after 5 s", what, pid, isStopped(t, pid))
+}
+
+// TestRecoverDetach: a daemon that stopped leaves its driver-call tracer
+// pinned and the driver handles it kept; recover keeps both (a later
+// daemon replays what the tracer recorded), and recover --detach, with
+// nothing left to release, detaches the tracer and drops the handles,
+// and says so; a second --detach finds nothing to detach.
+func TestRecoverDetach(t *testing.T) {
+	n := newRecoverNode(t)
+	pin := filepath.Join(n.pinDir, "nvrm")
+	state := filepath.Join(n.stateDir, "state.json")
+	// The daemon's keeper, as arbiter run opens it, closed as it stops.
+	k, err := nvrm.OpenKeeper(&nvrm.KeeperOptions{StateDir: n.stateDir, Trace: nvrm.TraceAlways, Tracer: nvrm.TracerOptions{PinPath: pin}})
+	if err != nil {
+		t.Fatalf("a tracer to leave pinned: %v", err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(p string) bool {
+		_, err := os.Stat(p)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	if !exists(filepath.Join(pin, "link_nvrm_enter")) || !exists(state) {
+		t.Fatalf("the stopped daemon left no tracer pinned at %s or no handles at %s", pin, state)
+	}
+	if code, out := n.recover(t); code != 0 || out != "nothing to recover\n" || !exists(filepath.Join(pin, "link_nvrm_enter")) || !exists(state) {
+		t.Fatalf("recover without --detach: exit %d, %q; tracer pinned %v, handles %v (want both kept)",
+			code, out, exists(pin), exists(state))
+	}
+	code, out := n.recover(t, "--detach", "--format", "json")
+	var rep recoverReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v:\n%s", code, err, out)
+	}
+	if rep.Tracer == nil || !rep.Tracer.Detached || !rep.Tracer.Dropped || rep.Tracer.Pin != pin || rep.Tracer.State != state || len(rep.Warnings) != 0 {
+		t.Errorf("recover --detach: %s", out)
+	}
+	if exists(pin) || exists(state) {
+		t.Errorf("after --detach: tracer pinned %v, handles %v; want neither", exists(pin), exists(state))
+	}
+	if code, out := n.recover(t, "--detach"); code != 0 || out != "nothing to recover\n" {
+		t.Errorf("a second --detach: exit %d, %q", code, out)
+	}
 }
