@@ -334,7 +334,7 @@ func (o *recoverOptions) detachTracer(rep *recoverReport, hadState bool) {
 	}
 	switch err := os.Remove(t.State); {
 	case err == nil:
-		t.Dropped = hadState || t.Detached
+		t.Dropped = hadState
 	case !errors.Is(err, os.ErrNotExist):
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("tracer: driver handles not dropped: %v", err))
 	}

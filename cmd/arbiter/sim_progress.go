@@ -18,10 +18,11 @@ import (
 // elsewhere, a log file, each is a line of its own.
 //
 // The estimate is the longest of the runs' own: each run's time left at
-// its own pace (see timeLeft). A comparison's runs differ in cost per simulated
-// second by multiples (the arbiter baseline runs the policy and the
-// engine on every event), so the share of all simulated time done alone
-// would promise the end long before the slowest run gets there.
+// its own pace (see timeLeft). A comparison's runs differ in cost per
+// simulated second by multiples (the arbiter baseline runs the policy
+// and the engine on every event), so the share of all simulated time
+// done alone would promise the end long before the slowest run gets
+// there.
 type progress struct {
 	w     io.Writer
 	clock func() time.Time

@@ -189,7 +189,7 @@ func latencyTicks(ticks []float64, to float64, x func(float64) float64) (kept []
 	label := func(ticks []float64) ([]string, string) {
 		var out []string
 		for _, t := range ticks {
-			if l := u.label(t); !strings.ContainsAny(l, "e") {
+			if l := u.label(t); !strings.Contains(l, "e") {
 				out = append(out, l)
 				continue
 			}

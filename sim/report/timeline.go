@@ -95,8 +95,8 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 			// tlMarkW wide where they stand apart: tens of microseconds
 			// are under a pixel of a window of milliseconds, and would
 			// not show between runs. Marks closer together than twice
-			// that keep their own width, however thin, or widened they
-			// would hide the runs between them.
+			// that are not widened, or they would hide the runs between
+			// them: they are drawn a pixel column at a time (pixelMarks).
 			var marks []sim.Segment
 			for _, seg := range bl.b.Timeline {
 				if seg.GPU != l.gpu || seg.Start >= window || (l.pid != 0 && seg.PID != l.pid) {
