@@ -241,34 +241,62 @@ func newPolicyTestCmd() *cobra.Command {
 		run     string
 	)
 	cmd := &cobra.Command{
-		Use:   "test DIR|BUNDLE",
+		Use:   "test DIR|BUNDLE...",
 		Short: "Run a policy's Rego tests (test_* rules) and report coverage",
-		Args:  cobra.ExactArgs(1),
+		Long: `Run the Rego tests (test_* rules) of each policy named and report their
+outcomes and the policy's coverage. A directory is ONE policy; to test
+several, name each one: arbiter policy test rego/default rego/examples/*.
+With --format json, one policy gives one report and several give an array
+of them, each with its path. Exit status 1 when a test of any policy fails,
+a policy has none, or one does not load.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := policyCheckFormat(format); err != nil {
 				return err
 			}
-			src, err := policy.Read(args[0], nil)
-			if err != nil {
-				return policyReport(cmd.OutOrStdout(), format, args[0], err)
-			}
-			rep, err := policy.Test(cmd.Context(), src, &policy.TestOptions{Run: run, Coverage: true, Trace: verbose})
-			if err != nil {
-				return policyReport(cmd.OutOrStdout(), format, args[0], err)
-			}
 			out := cmd.OutOrStdout()
+			var results []policyTestResult
+			var failed []string
+			for _, path := range args {
+				res := policyTest(cmd.Context(), path, &policy.TestOptions{Run: run, Coverage: true, Trace: verbose})
+				if why := res.failure(); why != "" {
+					failed = append(failed, path+why)
+				}
+				if format == "json" {
+					results = append(results, res)
+					continue
+				}
+				if len(args) > 1 {
+					fmt.Fprintf(out, "== %s\n", path)
+				}
+				if res.TestReport == nil {
+					for _, d := range res.Errors {
+						fmt.Fprintln(out, d)
+					}
+					continue
+				}
+				policyPrintTests(out, res.TestReport, verbose)
+			}
 			if format == "json" {
-				if err := policyWriteJSON(out, rep); err != nil {
+				var doc any = results
+				if len(results) == 1 {
+					// One policy keeps the shape it always had: the report,
+					// or ok and the errors where it did not load.
+					if r := results[0]; r.TestReport != nil {
+						doc = r.TestReport
+					} else {
+						doc = struct {
+							OK     bool                `json:"ok"`
+							Errors []policy.Diagnostic `json:"errors"`
+						}{false, r.Errors}
+					}
+				}
+				if err := policyWriteJSON(out, doc); err != nil {
 					return err
 				}
-			} else {
-				policyPrintTests(out, rep, verbose)
 			}
-			if !rep.OK() {
-				if rep.Passed+rep.Failed+rep.Errored == 0 {
-					return &policyExit{1, fmt.Errorf("policy %s: no tests ran", args[0])}
-				}
-				return &policyExit{1, fmt.Errorf("policy %s: %d of %d tests failed", args[0], rep.Failed+rep.Errored, rep.Passed+rep.Failed+rep.Errored)}
+			if len(failed) > 0 {
+				return &policyExit{1, fmt.Errorf("policy %s", strings.Join(failed, "; policy "))}
 			}
 			return nil
 		},
@@ -279,19 +307,44 @@ func newPolicyTestCmd() *cobra.Command {
 	return cmd
 }
 
-func policyReport(out io.Writer, format, name string, err error) error {
-	diags := policy.Diagnostics(err)
-	if format == "json" {
-		_ = policyWriteJSON(out, struct {
-			OK     bool                `json:"ok"`
-			Errors []policy.Diagnostic `json:"errors"`
-		}{false, diags})
-	} else {
-		for _, d := range diags {
-			fmt.Fprintln(out, d)
-		}
+// policyTestResult is what `arbiter policy test` says about one policy;
+// in a --format json array (several policies), each element.
+type policyTestResult struct {
+	Path string `json:"path"`
+	OK   bool   `json:"ok"`
+	// Errors are why the policy did not load (its tests did not run).
+	Errors []policy.Diagnostic `json:"errors,omitempty"`
+	*policy.TestReport
+}
+
+// policyTest runs the tests of the policy at path.
+func policyTest(ctx context.Context, path string, opts *policy.TestOptions) policyTestResult {
+	res := policyTestResult{Path: path}
+	src, err := policy.Read(path, nil)
+	if err == nil {
+		res.TestReport, err = policy.Test(ctx, src, opts)
 	}
-	return &policyExit{1, fmt.Errorf("policy %s has %s", name, counted(len(diags), "error", "errors"))}
+	if err != nil {
+		res.TestReport, res.Errors = nil, policy.Diagnostics(err)
+		return res
+	}
+	res.OK = res.TestReport.OK()
+	return res
+}
+
+// failure says, after the policy's path, why it failed its tests (" has 2
+// errors", ": no tests ran"), "" if it passed them.
+func (r policyTestResult) failure() string {
+	switch rep := r.TestReport; {
+	case rep == nil:
+		return " has " + counted(len(r.Errors), "error", "errors")
+	case rep.OK():
+		return ""
+	case rep.Passed+rep.Failed+rep.Errored == 0:
+		return ": no tests ran"
+	default:
+		return fmt.Sprintf(": %d of %d tests failed", rep.Failed+rep.Errored, rep.Passed+rep.Failed+rep.Errored)
+	}
 }
 
 func policyPrintTests(out io.Writer, rep *policy.TestReport, verbose bool) {

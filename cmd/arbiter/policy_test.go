@@ -64,7 +64,23 @@ func TestPolicyTestEveryEmbeddedPolicy(t *testing.T) {
 			t.Errorf("%s: exit %d\n%s", d, code, out)
 		}
 	}
-	out, code := runPolicy(t, "", "test", "-v", "../../rego/default")
+	// Several policies in one run: each under its name, exit 0 when all
+	// pass; with --format json an array of their reports, with paths.
+	out, code := runPolicy(t, "", "test", "../../rego/default", "../../rego/examples/diurnal")
+	if code != 0 || !strings.Contains(out, "== ../../rego/default\n") || !strings.Contains(out, "== ../../rego/examples/diurnal\n") ||
+		strings.Count(out, "PASS: ") != 2 {
+		t.Errorf("two policies: exit %d\n%s", code, out)
+	}
+	out, code = runPolicy(t, "", "test", "--format", "json", "../../rego/default", "../../rego/examples/diurnal")
+	var reps []struct {
+		Path   string
+		OK     bool
+		Passed int
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &reps) != nil || len(reps) != 2 || reps[1].Path != "../../rego/examples/diurnal" || !reps[0].OK || reps[0].Passed == 0 {
+		t.Errorf("two policies, json: exit %d %+v\n%s", code, reps, out)
+	}
+	out, code = runPolicy(t, "", "test", "-v", "../../rego/default")
 	if code != 0 || !strings.Contains(out, "policy_test.rego:9: arbiter_test.test_best_effort_by_default: PASS") || !strings.Contains(out, "not covered:") {
 		t.Errorf("-v: exit %d\n%s", code, out)
 	}
@@ -98,6 +114,13 @@ func TestPolicyTestFailures(t *testing.T) {
 	broken := policyDir(t, map[string]string{"p.rego": "package arbiter\nx := {\n"})
 	if out, code := runPolicy(t, "", "test", broken); code != 1 || !strings.Contains(out, "p.rego:3: rego_parse_error") {
 		t.Fatalf("broken: exit %d\n%s", code, out)
+	}
+	// Every policy named is tested, whichever fail: exit 1 naming each
+	// that did.
+	out, code = runPolicy(t, "", "test", dir, "../../rego/default", broken)
+	if code != 1 || !strings.Contains(out, "p_test.rego:4: arbiter_test.test_bad: FAIL") || !strings.Contains(out, "p.rego:3: rego_parse_error") ||
+		!strings.Contains(out, "== ../../rego/default\n") || !strings.Contains(out, "policy "+dir+": 1 of 2 tests failed; policy "+broken+" has 2 errors") {
+		t.Fatalf("three policies, two failing: exit %d\n%s", code, out)
 	}
 }
 

@@ -47,7 +47,7 @@ func TestUsageErrors(t *testing.T) {
 		want string // the error's text; "" for success
 	}{
 		{[]string{"policy", "eval"}, "arbiter policy eval: accepts 1 arg(s), received 0\nusage: arbiter policy eval DIR|BUNDLE --input FILE [flags]"},
-		{[]string{"policy", "test", "a", "b"}, "usage: arbiter policy test DIR|BUNDLE [flags]"},
+		{[]string{"policy", "test"}, "arbiter policy test: requires at least 1 arg(s), only received 0\nusage: arbiter policy test DIR|BUNDLE... [flags]"},
 		{[]string{"policy", "check"}, "usage: arbiter policy check DIR|BUNDLE... [flags]"},
 		{[]string{"trace", "x"}, "unknown command \"x\" for \"arbiter trace\"\nusage: arbiter trace [flags]"},
 		{[]string{"version", "x"}, "usage: arbiter version [flags]"},
