@@ -177,7 +177,6 @@ func (e *Engine) remove(p *proc, why string) {
 	}
 	e.armStale = true // its victims' arming, if it was one
 	e.settle(false)
-	p.req.gen++ // invalidates its timers
 	e.record(Decision{PID: p.key.PID, Comm: p.comm, Class: p.plan.Class, GPU: -1, Action: ActionForget, Reason: why})
 }
 

@@ -16,7 +16,12 @@ import (
 // victims is proc.preempted).
 type request struct {
 	busy trace.RequestTracker
-	gen  uint64 // invalidates timers armed for an earlier state
+	// idleAt is when the process's earliest pending idle timer fires, 0
+	// when none is pending. A call moves the deadline later and arms
+	// nothing: the pending timer, when it fires, arms one at the
+	// deadline then (a latency-critical process makes thousands of calls
+	// a second, and a timer for each filled the heap with stale ones).
+	idleAt uint64
 	// lastEnd is when the previous request ended; the predictor learns the
 	// idle gaps and durations (exponentially weighted, α = 1/8).
 	lastEnd  uint64
@@ -31,6 +36,12 @@ type latency struct {
 	total  uint64
 	within uint64 // requests within the SLO target, over all time
 	win    window
+	// sum is the distribution's p50, p99 and maximum as of sumAt
+	// requests: the histogram answers each by walking its buckets, and a
+	// snapshot, every control tick, asks of every process and class
+	// whether or not a request ended since.
+	sum   [3]uint64
+	sumAt uint64
 }
 
 // Histogram bounds: 1 µs to one hour, 2 significant digits (about 25 KiB
@@ -56,12 +67,16 @@ func (l *latency) add(t, ns uint64, met, hasSLO bool, span uint64) {
 	}
 }
 
-// quantile returns the q-quantile (0..100) in ns, 0 without requests.
-func (l *latency) quantile(q float64) uint64 {
+// summary returns the p50, p99 and maximum in ns, 0 without requests.
+func (l *latency) summary() (p50, p99, max uint64) {
 	if l.hist == nil || l.total == 0 {
-		return 0
+		return 0, 0, 0
 	}
-	return uint64(l.hist.ValueAtQuantile(q)) * 1000
+	if l.sumAt != l.total {
+		l.sum = [3]uint64{uint64(l.hist.ValueAtQuantile(50)) * 1000, uint64(l.hist.ValueAtQuantile(99)) * 1000, uint64(l.hist.Max()) * 1000}
+		l.sumAt = l.total
+	}
+	return l.sum[0], l.sum[1], l.sum[2]
 }
 
 // window counts requests and those within target over a sliding window,
@@ -128,7 +143,6 @@ func (e *Engine) lcCall(p *proc, ev *trace.Event) {
 	r := &p.req
 	if r.busy.Call(ev) {
 		p.preempted = false
-		r.gen++
 		if r.lastEnd != 0 && ev.Time > r.lastEnd {
 			r.learn(&r.gap, float64(ev.Time-r.lastEnd))
 		}
@@ -150,13 +164,40 @@ func (e *Engine) lcCall(p *proc, ev *trace.Event) {
 	// reported at their return), and it is not idle. A process that never
 	// synchronizes is taken idle after RequestTimeout (the tracker's
 	// deadline after a launch or copy).
-	r.gen++
 	if ev.Kind == trace.KindSync && e.opts.IdleGap == 0 {
 		e.finish(p)
 		return
 	}
-	if at, ok := r.busy.Deadline(); ok {
-		e.tm.push(timer{at: at, kind: timerIdle, p: p, gen: r.gen})
+	if at, ok := r.busy.Deadline(); ok && (r.idleAt == 0 || at < r.idleAt) {
+		e.armIdle(p, at)
+	}
+}
+
+// armIdle arms p's idle timer at at.
+func (e *Engine) armIdle(p *proc, at uint64) {
+	p.req.idleAt = at
+	e.tm.push(timer{at: at, kind: timerIdle, p: p})
+}
+
+// idleDue handles p's idle timer due at at: it ends p's request if the
+// request's deadline has come, arms the timer again at the deadline if a
+// call moved it later, and does nothing for a timer an earlier one
+// superseded, a request already ended or a process forgotten.
+func (e *Engine) idleDue(p *proc, at uint64) {
+	r := &p.req
+	if at != r.idleAt {
+		return
+	}
+	r.idleAt = 0
+	if e.procs[p.key.PID] != p {
+		return
+	}
+	switch d, ok := r.busy.Deadline(); {
+	case !ok:
+	case d > e.now:
+		e.armIdle(p, d)
+	default:
+		e.finish(p)
 	}
 }
 
@@ -182,7 +223,6 @@ func (e *Engine) finish(p *proc) {
 		return
 	}
 	req := r.busy.End()
-	r.gen++
 	lat := req.Latency()
 	r.learn(&r.dur, float64(lat))
 	r.lastEnd = req.End

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -100,5 +101,44 @@ func TestOnlyLatencyCriticalClassesEscalate(t *testing.T) {
 					feedback, c.Name, c.LatencyCritical, c.Escalated)
 			}
 		}
+	}
+}
+
+// TestIdleDeadlineMoves: a request ends at its latest deadline however
+// the calls moved it: later (a launch after the first one's timeout was
+// set: the request does not end at the first deadline), and earlier (a
+// synchronization after a launch: the short idle gap ends it, not the
+// launch's timeout). The victim's resume time shows when it ended. A
+// process that calls thousands of times keeps at most a few idle timers
+// pending; this checks that doing so loses no deadline.
+func TestIdleDeadlineMoves(t *testing.T) {
+	const ms = 1000 * us
+	resumedAt := func(t *testing.T, evs []trace.Event) uint64 {
+		t.Helper()
+		e, _ := run(t, evs, engine.Options{IdleGap: 100 * time.Microsecond, RequestTimeout: 3 * time.Millisecond})
+		var at uint64
+		for _, d := range e.Snapshot().Preemptions {
+			if d.Action == engine.ActionResume && d.PID == 20 {
+				at = d.Time
+			}
+		}
+		return at
+	}
+	base := []trace.Event{exec(0, 10, "infer"), exec(0, 20, "train"), launch(us, 20)}
+	later := append(slices.Clone(base), launch(1*ms, 10), launch(2500*us, 10), launch(30*ms, 20))
+	if at := resumedAt(t, later); at != 5500*us {
+		t.Errorf("launches at 1 ms and 2.5 ms, a 3 ms timeout: train resumed at %v, want 5.5ms (the second launch's deadline)", time.Duration(at))
+	}
+	earlier := append(slices.Clone(base), launch(1*ms, 10), syncAt(1500*us, 10, 100*us), launch(30*ms, 20))
+	if at := resumedAt(t, earlier); at != 1700*us {
+		t.Errorf("a launch at 1 ms, then a sync returning at 1.6 ms: train resumed at %v, want 1.7ms (the idle gap after the sync)", time.Duration(at))
+	}
+	many := slices.Clone(base)
+	for i := range uint64(5000) { // a launch every 10 µs from 1 ms to 51 ms
+		many = append(many, launch(1*ms+i*10*us, 10))
+	}
+	many = append(many, launch(100*ms, 20))
+	if at := resumedAt(t, many); at != 1*ms+4999*10*us+3*ms {
+		t.Errorf("5,000 launches 10 µs apart: train resumed at %v, want 3 ms after the last", time.Duration(at))
 	}
 }

@@ -233,12 +233,12 @@ func (e *Engine) publish() {
 	e.snap.Store(s)
 }
 
+// latencyView is l as a snapshot shows it, for a process or class of plan
+// (active: a request of it is open).
 func (e *Engine) latencyView(l *latency, plan sched.Plan, active bool) LatencyView {
-	v := LatencyView{Requests: l.total, Active: active, P50: time.Duration(l.quantile(50)), P99: time.Duration(l.quantile(99)),
+	p50, p99, maxNS := l.summary()
+	v := LatencyView{Requests: l.total, Active: active, P50: time.Duration(p50), P99: time.Duration(p99), Max: time.Duration(maxNS),
 		HasSLO: plan.HasSLO, Attainment: -1}
-	if l.hist != nil && l.total > 0 {
-		v.Max = time.Duration(l.hist.Max() * 1000)
-	}
 	if plan.HasSLO {
 		v.Target, v.Percentile, v.Window = plan.LatencyTarget, plan.Percentile, plan.Window
 		n, within := l.win.get(e.now)
