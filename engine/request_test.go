@@ -142,3 +142,22 @@ func TestIdleDeadlineMoves(t *testing.T) {
 		t.Errorf("5,000 launches 10 µs apart: train resumed at %v, want 3 ms after the last", time.Duration(at))
 	}
 }
+
+// TestLatencyViewFollowsRequests: a process's latency figures in the
+// snapshot follow every request, across the snapshots published between
+// them (every control tick: the figures are kept between requests, not
+// walked again each time).
+func TestLatencyViewFollowsRequests(t *testing.T) {
+	const ms = 1000 * us
+	evs := []trace.Event{
+		exec(0, 10, "infer"),
+		launch(1*ms, 10), syncAt(1*ms+us, 10, 2*ms), // a request of 2 ms
+		launch(500*ms, 10), syncAt(500*ms+us, 10, 9*ms), // 0.5 s later, many ticks on: 9 ms
+	}
+	e, _ := run(t, evs, engine.Options{IdleGap: 100 * time.Microsecond, ControlInterval: 10 * time.Millisecond})
+	l := proc(t, e.Snapshot(), 10).Latency
+	if l.Requests != 2 || l.Max < 9*time.Millisecond-10*time.Microsecond || l.P99 < 9*time.Millisecond-100*time.Microsecond ||
+		l.P50 < 2*time.Millisecond-100*time.Microsecond || l.P50 > 2*time.Millisecond+100*time.Microsecond {
+		t.Errorf("after requests of 2 and 9 ms: %+v", l)
+	}
+}
