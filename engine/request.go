@@ -68,7 +68,7 @@ func (l *latency) add(t, ns uint64, met, hasSLO bool, span uint64) {
 }
 
 // summary returns the p50, p99 and maximum in ns, 0 without requests.
-func (l *latency) summary() (p50, p99, max uint64) {
+func (l *latency) summary() (p50, p99, maxNS uint64) {
 	if l.hist == nil || l.total == 0 {
 		return 0, 0, 0
 	}
