@@ -20,6 +20,8 @@ const (
 	DefaultQuotaPeriod     = 100 * time.Millisecond
 	DefaultFeedbackMin     = 20
 	DefaultDecisions       = 256
+	// DefaultTimeslice is NVIDIA's default channel-group timeslice.
+	DefaultTimeslice = 1024 * time.Microsecond
 )
 
 // Options configures an Engine. The zero value is usable.
@@ -74,6 +76,14 @@ type Options struct {
 	// before tracing began), for the table and the classifier; nil or
 	// "" leaves it unnamed.
 	Name func(pid uint32) string
+	// DefaultTimeslice is the driver's default channel-group timeslice.
+	// A process that is not latency-critical and whose plan asks for a
+	// shorter one gets it only while a latency-critical process shares
+	// the GPU: alone, or among other best-effort work, it keeps (or gets
+	// back) this one, since best-effort processes given a short slice
+	// switch each other off the GPU every slice, and spend much of it
+	// saving and loading their contexts. Zero: DefaultTimeslice.
+	DefaultTimeslice time.Duration
 }
 
 // Observer sees the events the engine applies.
@@ -183,8 +193,11 @@ func New(src Source, enf Enforcer, opts *Options) (*Engine, error) {
 		e.opts = *opts
 	}
 	o := &e.opts
-	if o.IdleGap < 0 || o.ControlInterval < 0 || o.QuotaPeriod < 0 || o.RequestTimeout < 0 || o.MinHarvestGap < 0 || o.FeedbackHold < 0 || o.FeedbackMin < 0 {
-		return nil, errors.New("engine: negative idle gap, interval, period or feedback setting")
+	if o.IdleGap < 0 || o.ControlInterval < 0 || o.QuotaPeriod < 0 || o.RequestTimeout < 0 || o.MinHarvestGap < 0 || o.FeedbackHold < 0 || o.FeedbackMin < 0 || o.DefaultTimeslice < 0 {
+		return nil, errors.New("engine: negative idle gap, interval, period, timeslice or feedback setting")
+	}
+	if o.DefaultTimeslice == 0 {
+		o.DefaultTimeslice = DefaultTimeslice
 	}
 	if o.ControlInterval == 0 {
 		o.ControlInterval = DefaultControlInterval

@@ -145,10 +145,83 @@ func TestRequestSpansStages(t *testing.T) {
 	if lc.Latency.Requests != 2 || lc.Latency.Max < 1050*time.Microsecond || lc.Latency.Max > 1061*time.Microsecond {
 		t.Errorf("requests %d max %v, want 2 and 1.05ms", lc.Latency.Requests, lc.Latency.Max)
 	}
-	want := []string{"timeslice 20 gpu0 50us", "interleave 20 low", "timeslice 10 gpu0 16000us", "interleave 10 high",
+	want := []string{"interleave 20 low", "timeslice 20 gpu0 50us", "timeslice 10 gpu0 16000us", "interleave 10 high",
 		"suspend 20 gpu0", "resume 20 gpu0", "suspend 20 gpu0", "resume 20 gpu0"}
 	if !slices.Equal(enf.log, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)
+	}
+}
+
+// TestBestEffortSliceBesideLatencyCritical: a best-effort process keeps
+// the driver's timeslice until a latency-critical process shares its
+// GPU, gets its plan's short one while one does, and the driver's back
+// when the last one leaves; a failed set is tried again at the next
+// change.
+func TestBestEffortSliceBesideLatencyCritical(t *testing.T) {
+	exit := func(t, pid uint32) trace.Event {
+		return trace.Event{Kind: trace.KindExit, PID: pid, TID: pid, Time: uint64(t) * us}
+	}
+	evs := []trace.Event{
+		exec(0, 20, "train"), exec(0, 30, "train"), launch(us, 20), launch(2*us, 30),
+		launch(1000*us, 10), syncAt(1010*us, 10, 100*us),
+		exit(3000, 10),
+		launch(4000*us, 11), syncAt(4010*us, 11, 100*us),
+		exit(6000, 11),
+		launch(7000*us, 20),
+	}
+	for _, c := range []struct {
+		name string
+		def  time.Duration
+		fail string
+		want []string
+	}{
+		{"default", 0, "", []string{
+			"timeslice 20 gpu0 50us", "timeslice 30 gpu0 50us", "timeslice 10 gpu0 16000us",
+			"timeslice 20 gpu0 1024us", "timeslice 30 gpu0 1024us",
+			"timeslice 20 gpu0 50us", "timeslice 30 gpu0 50us", "timeslice 11 gpu0 16000us",
+			"timeslice 20 gpu0 1024us", "timeslice 30 gpu0 1024us"}},
+		{"a failed set tried again", 2 * time.Millisecond, "timeslice 30 gpu0 2000us", []string{
+			"timeslice 20 gpu0 50us", "timeslice 30 gpu0 50us", "timeslice 10 gpu0 16000us",
+			"timeslice 20 gpu0 2000us", "timeslice 30 gpu0 2000us",
+			"timeslice 20 gpu0 50us", "timeslice 11 gpu0 16000us",
+			"timeslice 20 gpu0 2000us", "timeslice 30 gpu0 2000us"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			classify := engine.ClassifierFunc(func(p engine.ProcessInfo) (sched.Plan, string, error) {
+				if p.Key.PID < 20 {
+					return lcPlan, "pid under 20", nil
+				}
+				return bePlan, "default", nil
+			})
+			enf := &calls{fail: map[string]error{}}
+			if c.fail != "" {
+				enf.fail[c.fail] = errors.New("refused")
+			}
+			opts := engine.Options{Classifier: classify, IdleGap: 100 * time.Microsecond, DefaultTimeslice: c.def}
+			e, err := engine.New(&events{evs: evs}, enf, &opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Run(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, l := range enf.log {
+				if strings.HasPrefix(l, "timeslice ") {
+					got = append(got, l)
+				}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("timeslices set\n%q\nwant\n%q", got, c.want)
+			}
+			var said bool
+			for _, d := range e.Snapshot().Decisions {
+				said = said || d.Action == engine.ActionTimeslice && d.PID == 20 && strings.Contains(d.Reason, "the driver's default")
+			}
+			if !said {
+				t.Errorf("no decision says why pid 20 got the driver's default back: %+v", e.Snapshot().Decisions)
+			}
+		})
 	}
 }
 
@@ -184,7 +257,7 @@ func TestGateWhereChannelsUnknown(t *testing.T) {
 	if err := e.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"timeslice 30 gpu0 50us", "interleave 30 low", "timeslice 10 gpu0 16000us", "interleave 10 high",
+	want := []string{"interleave 30 low", "timeslice 30 gpu0 50us", "timeslice 10 gpu0 16000us", "interleave 10 high",
 		"gate 20", "suspend 30 gpu0", "gate 30", "ungate 20", "ungate 30"}
 	if !slices.Equal(enf.log, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)

@@ -66,20 +66,66 @@ func (e *Engine) plan(p *proc, register bool) {
 		}
 	}
 	p.level, p.limit = level, limit
-	if !register || level == sched.LevelObserve || level == sched.LevelGate || e.enf == nil {
+	if !register || e.enf == nil {
 		return
 	}
-	if p.plan.Timeslice > 0 {
-		us := uint64(p.plan.Timeslice.Microseconds())
-		for _, g := range p.gpus {
-			e.st.Timeslices++
-			err := e.enf.SetTimeslice(p.key.PID, g, max(us, 1))
-			e.recordEnforce(p, g, ActionTimeslice, fmt.Sprintf("timeslice %v (class %s)", p.plan.Timeslice, p.plan.Class), err)
-		}
+	for _, g := range p.gpus {
+		e.setSlices(g, p) // p's, and others' where p comes or goes as latency-critical
+	}
+	if level == sched.LevelObserve || level == sched.LevelGate {
+		return
 	}
 	e.st.Interleaves++
 	err := e.enf.SetInterleave(p.key.PID, p.plan.Interleave)
 	e.recordEnforce(p, -1, ActionInterleave, "interleave "+p.plan.Interleave.String()+" (class "+p.plan.Class+")", err)
+}
+
+// setSlices sets the timeslice each process on gpu should have now
+// (wantSlice) where it differs from the one the engine set last, and
+// registered's in any case: it is being planned (registration, a
+// reclassification), and its channel groups may be new since.
+func (e *Engine) setSlices(gpu int, registered *proc) {
+	if e.enf == nil {
+		return
+	}
+	gs := e.gpu(gpu)
+	lc := slices.ContainsFunc(gs.procs, func(q *proc) bool { return q.plan.LatencyCritical })
+	for _, q := range gs.procs {
+		if q.level == sched.LevelObserve || q.level == sched.LevelGate || q.plan.Timeslice <= 0 {
+			continue
+		}
+		i := slices.Index(q.gpus, gpu)
+		us, why := e.wantSlice(q, q.slice[i], lc)
+		if us == 0 || (us == q.slice[i] && q != registered) {
+			continue
+		}
+		e.st.Timeslices++
+		err := e.enf.SetTimeslice(q.key.PID, gpu, us)
+		if err == nil {
+			q.slice[i] = us
+		}
+		e.recordEnforce(q, gpu, ActionTimeslice, why, err)
+	}
+}
+
+// wantSlice is the timeslice (µs) p's plan gives it on a GPU where the
+// engine last set set (0: none), with or without a latency-critical
+// process there (lc), and why; 0: leave the driver's, which p has. A
+// short slice for work that is not latency-critical is for a
+// latency-critical process to wait at most one of it: with none there,
+// it would only switch best-effort processes off the GPU in turn, each
+// switch a save and a load of a context.
+func (e *Engine) wantSlice(p *proc, set uint64, lc bool) (uint64, string) {
+	us := max(uint64(p.plan.Timeslice.Microseconds()), 1)
+	def := max(uint64(e.opts.DefaultTimeslice.Microseconds()), 1)
+	switch {
+	case p.plan.LatencyCritical || us >= def || lc:
+		return us, fmt.Sprintf("timeslice %v (class %s)", p.plan.Timeslice, p.plan.Class)
+	case set == 0:
+		return 0, ""
+	}
+	return def, fmt.Sprintf("timeslice %v, the driver's default: class %s's %v only while a latency-critical process shares the GPU",
+		e.opts.DefaultTimeslice, p.plan.Class, p.plan.Timeslice)
 }
 
 // victims returns the processes to hold off gpu while a latency-critical

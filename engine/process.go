@@ -60,8 +60,10 @@ type proc struct {
 	armedLaunchOnly bool
 	limit           string
 	armed           []uint32
-	// hold per GPU index position (parallel to gpus).
-	hold []uint8
+	// hold per GPU index position (parallel to gpus); slice the timeslice
+	// the engine last set on each (µs; 0: none set).
+	hold  []uint8
+	slice []uint64
 	// channelErr is why channel control failed on it, if it did: it is
 	// then gated where the node can gate it.
 	channelErr string
@@ -139,7 +141,7 @@ func (e *Engine) add(pid uint32, comm string, cgroup uint64) *proc {
 			p.gpus = slices.Clone(g)
 		}
 	}
-	p.hold = make([]uint8, len(p.gpus))
+	p.hold, p.slice = make([]uint8, len(p.gpus)), make([]uint64, len(p.gpus))
 	e.procs[pid] = p
 	e.st.Processes++
 	for _, g := range p.gpus {
@@ -164,6 +166,9 @@ func (e *Engine) remove(p *proc, why string) {
 		gs := e.gpu(g)
 		gs.procs = slices.DeleteFunc(gs.procs, func(q *proc) bool { return q == p })
 		delete(gs.active, p)
+		if p.plan.LatencyCritical {
+			e.setSlices(g, nil) // the best-effort work left may need its slices back
+		}
 	}
 	if p.plan.LatencyCritical {
 		e.expedite(p, false)

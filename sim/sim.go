@@ -150,6 +150,10 @@ func (s *Simulator) Add(p Process) (uint32, error) {
 // Now returns the virtual time in nanoseconds (engine.Clock).
 func (s *Simulator) Now() uint64 { return s.now }
 
+// DefaultTimeslice is the timeslice of a channel group none was set for
+// (Options.Timeslice).
+func (s *Simulator) DefaultTimeslice() time.Duration { return time.Duration(s.cfg.timeslice) }
+
 // start begins the simulation: every host program starts at time 0.
 func (s *Simulator) start(end uint64) {
 	if s.started {

@@ -305,6 +305,9 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		IdleGap:    d.requestGap,
 		Feedback:   true,
 		Name:       d.procName,
+		// What a best-effort process gets back when no latency-critical
+		// process shares its GPU any more.
+		DefaultTimeslice: nvrm.DefaultTimesliceUs * time.Microsecond,
 	}
 	if d.eng, err = engine.New(src, enf, &opts); err != nil {
 		return err

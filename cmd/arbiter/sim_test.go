@@ -410,6 +410,51 @@ func TestSimArbiterBaselineNamed(t *testing.T) {
 // labelled latency-critical), with the policy's reason and what to add;
 // a workload the policy classes as the spec does gets no word, and every
 // shipped example labels its LC workloads for the default policy.
+// TestSimPolicyBestEffortAlone: under the default policy, best-effort
+// trainers sharing a GPU with no latency-critical process share it as
+// the driver's time-slicing does: their short timeslice, for a
+// latency-critical process to wait little, is not set with none there.
+func TestSimPolicyBestEffortAlone(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "bebe.yaml")
+	if err := os.WriteFile(spec, []byte(`gpus: 1
+be:
+  - name: train-a
+    gpu: 0
+    kernel: {dist: lognormal, mean: 5ms, cv: 0.2}
+    sync_every: 8
+  - name: train-b
+    gpu: 0
+    kernel: {dist: lognormal, mean: 5ms, cv: 0.2}
+    sync_every: 8
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runSimCmd(t, "--workload", spec, "--duration", "5s", "--quiet", "--format", "json",
+		"--policy", filepath.Join("..", "..", "rego", "default"), "--baselines", "timeslice,arbiter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Baselines) != 2 {
+		t.Fatalf("%d baselines, want 2", len(rep.Baselines))
+	}
+	ts, arb := rep.Baselines[0], rep.Baselines[1]
+	if arb.Name != "arbiter" || len(arb.BE) != 2 || len(ts.BE) != 2 {
+		t.Fatalf("baselines %s, %s; BE rows %d, %d", ts.Name, arb.Name, len(ts.BE), len(arb.BE))
+	}
+	for i := range arb.BE {
+		if a, b := arb.BE[i].Throughput, ts.BE[i].Throughput; a < 0.99*b {
+			t.Errorf("%s under the policy: throughput %.3f, under time-slicing %.3f", arb.BE[i].Name, a, b)
+		}
+	}
+	if arb.PreemptionsPerS > 1.01*ts.PreemptionsPerS {
+		t.Errorf("%.0f preemptions/s under the policy, %.0f under time-slicing", arb.PreemptionsPerS, ts.PreemptionsPerS)
+	}
+}
+
 func TestSimPolicyClassMismatch(t *testing.T) {
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "mixed.yaml")

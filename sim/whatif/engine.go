@@ -3,6 +3,7 @@ package whatif
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gpu-arbiter/arbiter/engine"
 	"github.com/gpu-arbiter/arbiter/sched"
@@ -37,6 +38,9 @@ func EngineController(plan PlanFunc, opts engine.Options) ControllerFunc {
 		if pl, ok := src.(engine.Placement); ok {
 			o.Placement = pl
 		}
+		if d, ok := src.(timesliceDefault); ok && o.DefaultTimeslice == 0 {
+			o.DefaultTimeslice = d.DefaultTimeslice()
+		}
 		e, err := engine.New(src, enf, &o)
 		if err != nil {
 			return nil, err
@@ -45,6 +49,10 @@ func EngineController(plan PlanFunc, opts engine.Options) ControllerFunc {
 		return r, nil
 	}
 }
+
+// timesliceDefault is a simulator whose channel groups have a timeslice
+// other than the engine's default where none was set.
+type timesliceDefault interface{ DefaultTimeslice() time.Duration }
 
 // engineRunner is the engine as a closed-loop baseline's controller.
 type engineRunner struct {
