@@ -25,14 +25,22 @@ const defaultRequestGap = 200 * time.Microsecond
 // that runs are deterministic whatever the wall clock says.
 var simEpoch = time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
 
-// arbiterBaseline is the arbiter baseline: the policy at dir and the
+// arbiterBaseline is the arbiter baseline: the policy at dir, once it
+// passed the checks and tests the daemon puts it through, and the
 // unchanged engine in the simulator's loop. Processes are classified from
 // their spec name (as comm) and the labels and env the spec gives them;
 // the plan returned is that classification, for classMismatches.
 func arbiterBaseline(ctx context.Context, dir string, gpus int, gap time.Duration) (whatif.Extra, whatif.PlanFunc, error) {
-	pol, err := policy.Load(ctx, dir, nil)
+	// Checked as the daemon checks a policy before it applies it, its
+	// Rego tests included: a policy the daemon would refuse is not the
+	// one a comparison should show.
+	src, err := policy.Read(dir, nil)
 	if err != nil {
 		return whatif.Extra{}, nil, fmt.Errorf("--policy %s: %w", dir, err)
+	}
+	pol, err := policy.Check(ctx, src, nil)
+	if err != nil {
+		return whatif.Extra{}, nil, fmt.Errorf("--policy %s (the daemon would refuse it too): %w", dir, err)
 	}
 	node := policy.Node{Hostname: "simulated", Time: simEpoch}
 	for i := range gpus {

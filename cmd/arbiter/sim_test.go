@@ -410,6 +410,34 @@ func TestSimArbiterBaselineNamed(t *testing.T) {
 // labelled latency-critical), with the policy's reason and what to add;
 // a workload the policy classes as the spec does gets no word, and every
 // shipped example labels its LC workloads for the default policy.
+// TestSimPolicyFailingTests: a policy whose own Rego tests fail is
+// refused before the run, as the daemon refuses it, naming the test.
+func TestSimPolicyFailingTests(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"policy.rego", "policy_test.rego"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "rego", "default", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "policy_test.rego" {
+			b = bytes.Replace(b, []byte(`d.class == "best-effort"`), []byte(`d.class == "latency-critical"`), 1)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := filepath.Join("..", "..", "examples", "workloads", "timeslice-inflation.yaml")
+	_, err := runSimCmd(t, "--workload", spec, "--duration", "10ms", "--quiet", "--policy", dir)
+	if err == nil {
+		t.Fatal("a policy whose tests fail was used")
+	}
+	for _, want := range []string{"daemon would refuse it", "policy_test.rego:", "arbiter_test_failure", "test_best_effort_by_default"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
+
 // TestSimPolicyBestEffortAlone: under the default policy, best-effort
 // trainers sharing a GPU with no latency-critical process share it as
 // the driver's time-slicing does: their short timeslice, for a
