@@ -311,6 +311,41 @@ func TestTimelineMarksShow(t *testing.T) {
 	}
 }
 
+// TestTimelineSaveShows: a save and the switch that follows it at once,
+// apart from other marks, are widened side by side, each at least tlMarkW:
+// they touch, so neither stands apart from the other, and until they
+// were taken together neither was widened (a save of 30 µs in a window of
+// 70 ms drawn 0.4 px wide, invisible beside its switch).
+func TestTimelineSaveShows(t *testing.T) {
+	r := &Report{GPUs: 1, Baselines: []Baseline{{Name: "priority", Timeline: []sim.Segment{
+		{GPU: 0, PID: 1, Kind: sim.SegmentRun, Start: 0, End: 10_000_000},
+		{GPU: 0, Kind: sim.SegmentPreempt, Start: 10_000_000, End: 10_030_000},
+		{GPU: 0, PID: 2, Kind: sim.SegmentSwitch, Start: 10_030_000, End: 10_050_000},
+		{GPU: 0, PID: 2, Kind: sim.SegmentRun, Start: 10_050_000, End: 70_000_000},
+	}}}}
+	var b bytes.Buffer
+	if err := r.WriteTimeline(&b, 70_000_000); err != nil {
+		t.Fatal(err)
+	}
+	at := map[string][2]float64{}
+	for _, line := range strings.Split(b.String(), "\n") {
+		var x, y, w float64
+		if _, err := fmt.Sscanf(line, `<rect x="%g" y="%g" width="%g"`, &x, &y, &w); err != nil {
+			continue
+		}
+		for _, k := range []string{"<title>save of a preempted kernel", "<title>context switch to 2"} {
+			if strings.Contains(line, k) {
+				at[k] = [2]float64{x, w}
+			}
+		}
+	}
+	save, sw := at["<title>save of a preempted kernel"], at["<title>context switch to 2"]
+	if save[1] < tlMarkW || sw[1] < tlMarkW || sw[0] < save[0]+save[1]-1e-9 {
+		t.Errorf("save at %.2f px, %.2f wide; switch at %.2f px, %.2f wide: want each at least %g px, the switch after the save",
+			save[0], save[1], sw[0], sw[1], tlMarkW)
+	}
+}
+
 // TestTimelineDenseMarks: switches closer together than the least width
 // a mark is drawn with are not widened, so that the runs between them
 // still show (a BE timeslice of 50 µs in a window of 50 ms is under a

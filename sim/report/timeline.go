@@ -94,9 +94,11 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 			// Runs first, then switches and saves over them, at least
 			// tlMarkW wide where they stand apart: tens of microseconds
 			// are under a pixel of a window of milliseconds, and would
-			// not show between runs. Marks closer together than twice
-			// that are not widened, or they would hide the runs between
-			// them: they are drawn a pixel column at a time (pixelMarks).
+			// not show between runs. A save and the switch that follows
+			// it at once stand apart or not together, and are widened
+			// side by side. Marks closer together than twice that are
+			// not widened, or they would hide the runs between them:
+			// they are drawn a pixel column at a time (pixelMarks).
 			var marks []sim.Segment
 			for _, seg := range bl.b.Timeline {
 				if seg.GPU != l.gpu || seg.Start >= window || (l.pid != 0 && seg.PID != l.pid) {
@@ -110,20 +112,26 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 					fmt.Sprintf("%s %s–%s", nameOf(bl.b, seg.PID), dur(seg.Start), dur(seg.End)))
 			}
 			col := pixelMarks{col: -1}
-			for i, seg := range marks {
-				fill, title := switchColour, "context switch to "+nameOf(bl.b, seg.PID)
-				if seg.Kind == sim.SegmentPreempt {
-					fill, title = saveColour, "save of a preempted kernel"
+			units := touching(marks)
+			for u, unit := range units {
+				first, last := unit[0], unit[len(unit)-1]
+				apart := (u == 0 || x(first.Start)-x(units[u-1][len(units[u-1])-1].End) >= 2*tlMarkW) &&
+					(u == len(units)-1 || x(units[u+1][0].Start)-x(last.End) >= 2*tlMarkW)
+				at := x(first.Start)
+				for _, seg := range unit {
+					fill, title := switchColour, "context switch to "+nameOf(bl.b, seg.PID)
+					if seg.Kind == sim.SegmentPreempt {
+						fill, title = saveColour, "save of a preempted kernel"
+					}
+					w := x(seg.End) - x(seg.Start)
+					if !apart {
+						col.add(c, x(seg.Start), w, seg.Kind == sim.SegmentPreempt, yy, h)
+						continue
+					}
+					c.rect(at, yy, max(w, tlMarkW), h, fmt.Sprintf(`fill="%s"`, fill),
+						fmt.Sprintf("%s %s–%s", title, dur(seg.Start), dur(seg.End)))
+					at += max(w, tlMarkW)
 				}
-				w := x(seg.End) - x(seg.Start)
-				apart := (i == 0 || x(seg.Start)-x(marks[i-1].End) >= 2*tlMarkW) &&
-					(i == len(marks)-1 || x(marks[i+1].Start)-x(seg.End) >= 2*tlMarkW)
-				if !apart {
-					col.add(c, x(seg.Start), w, seg.Kind == sim.SegmentPreempt, yy, h)
-					continue
-				}
-				c.rect(x(seg.Start), yy, max(w, tlMarkW), h, fmt.Sprintf(`fill="%s"`, fill),
-					fmt.Sprintf("%s %s–%s", title, dur(seg.Start), dur(seg.End)))
 			}
 			col.flush(c, yy, h)
 			yy += h + 2
@@ -138,6 +146,20 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 	c.text(x0+tlPlotW/2, yy+34, "middle", fmt.Sprintf("simulated time (%s)", u.name), fontSize, "")
 	timelineLegend(c, names, 10, yy+56, x0+tlPlotW)
 	return c.writeTo(w)
+}
+
+// touching splits marks (in time order) into runs of marks each of which
+// begins where the one before it ends: a save and the switch after it.
+func touching(marks []sim.Segment) [][]sim.Segment {
+	var out [][]sim.Segment
+	for i, m := range marks {
+		if i > 0 && m.Start == marks[i-1].End {
+			out[len(out)-1] = append(out[len(out)-1], m)
+			continue
+		}
+		out = append(out, []sim.Segment{m})
+	}
+	return out
 }
 
 // pixelMarks gathers the switches and saves too close together to be
