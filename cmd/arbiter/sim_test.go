@@ -410,6 +410,41 @@ func TestSimArbiterBaselineNamed(t *testing.T) {
 // labelled latency-critical), with the policy's reason and what to add;
 // a workload the policy classes as the spec does gets no word, and every
 // shipped example labels its LC workloads for the default policy.
+// TestSimDocSpec: the spec docs/simulator.md shows, every field in it,
+// runs as shown (its replay file where the examples keep it).
+func TestSimDocSpec(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "simulator.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "\n```yaml\n")
+	spec, _, ok2 := strings.Cut(rest, "\n```\n")
+	if !ok || !ok2 || !strings.Contains(spec, "replay:") {
+		t.Fatal("docs/simulator.md has no spec with a replay section in a yaml block")
+	}
+	dir := t.TempDir()
+	recorded, err := filepath.Abs(filepath.Join("..", "..", "examples", "workloads", "recorded"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(recorded, filepath.Join(dir, "recorded")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(path, []byte(spec+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runSimCmd(t, "--workload", path, "--duration", "20ms", "--quiet")
+	if err != nil {
+		t.Fatalf("the documented spec: %v", err)
+	}
+	for _, want := range []string{"infer", "train", "infer-rec", "train-rec"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestSimPolicyFailingTests: a policy whose own Rego tests fail is
 // refused before the run, as the daemon refuses it, naming the test.
 func TestSimPolicyFailingTests(t *testing.T) {
