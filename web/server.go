@@ -230,11 +230,10 @@ type TCPOptions struct {
 // address off loopback without TCPOptions.Plain.
 var ErrPlainOffLoopback = errors.New("plain HTTP off loopback would send the API token in clear")
 
-// ServeTCP serves on addr until Shutdown: HTTPS with opts.TLS, plain HTTP
-// otherwise, which it refuses off loopback unless opts.Plain says so. A
-// client that speaks plain HTTP to the HTTPS listener is answered 400,
-// "Client sent an HTTP request to an HTTPS server".
-func (s *Server) ServeTCP(addr string, opts *TCPOptions) error {
+// CheckTCP returns the error ServeTCP would refuse addr with under opts
+// before it listens, so that a caller can refuse the address before it
+// does anything else.
+func CheckTCP(addr string, opts *TCPOptions) error {
 	var o TCPOptions
 	if opts != nil {
 		o = *opts
@@ -244,6 +243,21 @@ func (s *Server) ServeTCP(addr string, opts *TCPOptions) error {
 	}
 	if o.TLS == nil && !o.Plain && !loopback(addr) {
 		return fmt.Errorf("web: serve %s: %w: give a TLS certificate and key, listen on 127.0.0.1 or [::1], or allow plain HTTP there explicitly", addr, ErrPlainOffLoopback)
+	}
+	return nil
+}
+
+// ServeTCP serves on addr until Shutdown: HTTPS with opts.TLS, plain HTTP
+// otherwise, which it refuses off loopback unless opts.Plain says so. A
+// client that speaks plain HTTP to the HTTPS listener is answered 400,
+// "Client sent an HTTP request to an HTTPS server".
+func (s *Server) ServeTCP(addr string, opts *TCPOptions) error {
+	var o TCPOptions
+	if opts != nil {
+		o = *opts
+	}
+	if err := CheckTCP(addr, &o); err != nil {
+		return err
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

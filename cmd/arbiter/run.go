@@ -268,11 +268,15 @@ func (d *daemon) run(ctx context.Context) (err error) {
 		return err
 	}
 	// The TLS files too: a missing or wrong one is named now, not after
-	// the probes are in.
+	// the probes are in and the driver's tracer is pinned.
 	if d.cfg.TLSCert != "" {
 		if d.tls, err = web.LoadKeyPair(d.cfg.TLSCert, d.cfg.TLSKey, d.log); err != nil {
 			return fmt.Errorf("serve --listen over TLS (--tls-cert, --tls-key): %w", err)
 		}
+	}
+	// And an address the API would refuse (plain HTTP off loopback).
+	if err := web.CheckTCP(d.cfg.Listen, &web.TCPOptions{TLS: d.tls, Plain: d.cfg.ListenPlain}); err != nil {
+		return listenError(d.cfg.Listen, err)
 	}
 	if err := nvrm.MountBPFFS(d.cfg.BPFFS); err != nil {
 		return fmt.Errorf("bpffs at %s (--bpffs): %w", d.cfg.BPFFS, err)

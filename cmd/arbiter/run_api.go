@@ -72,16 +72,7 @@ func (d *daemon) serveAPI(node *nodeInfo) (*apiServer, error) {
 	if tcp.Plain {
 		d.log.Warn().Str("listen", d.cfg.Listen).Msg("--listen-plain: serving plain HTTP; policy changes send the API token in clear")
 	}
-	go a.run(func() error {
-		err := srv.ServeTCP(d.cfg.Listen, tcp)
-		switch {
-		case errors.Is(err, web.ErrPlainOffLoopback):
-			return fmt.Errorf("serve the API on %s (--listen): %w (--tls-cert and --tls-key; or --listen-plain, where only trusted clients reach the address)", d.cfg.Listen, err)
-		case err != nil:
-			return fmt.Errorf("serve the API on %s (--listen): %w", d.cfg.Listen, err)
-		}
-		return nil
-	})
+	go a.run(func() error { return listenError(d.cfg.Listen, srv.ServeTCP(d.cfg.Listen, tcp)) })
 	go a.run(func() error {
 		if err := srv.ServeUnix(d.cfg.Socket); err != nil {
 			return fmt.Errorf("serve the API socket %s (--socket): %w", d.cfg.Socket, err)
@@ -95,6 +86,17 @@ func (d *daemon) serveAPI(node *nodeInfo) (*apiServer, error) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	return a, nil
+}
+
+// listenError says what a refused --listen means and how to fix it.
+func listenError(addr string, err error) error {
+	switch {
+	case errors.Is(err, web.ErrPlainOffLoopback):
+		return fmt.Errorf("serve the API on %s (--listen): %w (--tls-cert and --tls-key; or --listen-plain, where only trusted clients reach the address)", addr, err)
+	case err != nil:
+		return fmt.Errorf("serve the API on %s (--listen): %w", addr, err)
+	}
+	return nil
 }
 
 func (a *apiServer) run(serve func() error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -69,7 +70,7 @@ func TestDaemonServesTLS(t *testing.T) {
 // TestRunTLSRefused: a TLS file that is missing or wrong, a certificate
 // without its key, TLS together with --listen-plain, and plain HTTP off
 // loopback each keep the daemon from starting, with an error that names
-// the file or the flags and the fix.
+// the file or the flags and the fix, before it pins or writes anything.
 func TestRunTLSRefused(t *testing.T) {
 	node := newRecoverNode(t)
 	pol := policyDir(t, map[string]string{"p.rego": testPolicy})
@@ -111,6 +112,13 @@ func TestRunTLSRefused(t *testing.T) {
 			for _, w := range c.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("exit %d; the output does not say %q:\n%s", code, w, out)
+				}
+			}
+			// Refused before it touched the node: nothing pinned, no
+			// state written.
+			for _, p := range []string{filepath.Join(node.pinDir, "nvrm"), node.stateDir} {
+				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s left by a daemon that refused to start (%v)", p, err)
 				}
 			}
 		})
