@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -94,6 +96,15 @@ func runDoctor(o *doctorOptions, out io.Writer) error {
 	if o.schema {
 		_, err := out.Write(preflight.Schema())
 		return err
+	}
+	// A --root that is not there is a mistyped flag, not a node that
+	// fails its checks (exit 1, which a readiness probe reads as such).
+	if fi, err := os.Stat(o.root); err != nil || !fi.IsDir() {
+		why := "not a directory"
+		if err != nil {
+			why = errors.Unwrap(err).Error()
+		}
+		return usageErrorf("--root %s: %s (the root the driver's files, /dev, /proc and the library directories are read under; default /)", o.root, why)
 	}
 	r, err := preflight.Run(&preflight.Options{Root: o.root, AllowUnverifiedDriver: o.allowUnverified, OpenNVML: o.openNVML})
 	if err != nil {

@@ -424,7 +424,8 @@ func TestDoctorBadInput(t *testing.T) {
 		code int // 2: used wrongly; 1: failed
 	}{
 		{[]string{"--format", "xml"}, `arbiter: --format "xml": want text or json`, 2},
-		{[]string{"--root", "/nonexistent-root"}, `arbiter: --root: preflight: root "/nonexistent-root": stat /nonexistent-root: no such file or directory`, 1},
+		{[]string{"--root", "/nonexistent-root"}, `arbiter: --root /nonexistent-root: no such file or directory (the root the driver's files, /dev, /proc and the library directories are read under; default /)`, 2},
+		{[]string{"--root", "/etc/hostname"}, `arbiter: --root /etc/hostname: not a directory (`, 2},
 		{[]string{"extra"}, `arbiter: unknown command "extra" for "arbiter doctor"`, 2},
 	} {
 		code, out, errOut := doctorRun(t, nil, tc.args...)
