@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpu-arbiter/arbiter/config"
 	"github.com/gpu-arbiter/arbiter/internal/caps"
@@ -29,6 +30,10 @@ type recoverOptions struct {
 	// it kept, for removing arbiter.
 	detach bool
 	cfgErr error // why the daemon's config file did not give the defaults
+	// givenBPFFS and givenStateDir are set where the flags named the
+	// paths: one that names nothing there is likely a mistyped path, which
+	// would otherwise read as nothing to recover.
+	givenBPFFS, givenStateDir bool
 	// channels holds the registry directory (nvrm/ in stateDir) and the
 	// driver flags that resuming channel groups shares with `arbiter
 	// channels`.
@@ -80,6 +85,8 @@ is a warning: nothing is left stopped or suspended for it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			warnDefaults(cmd.ErrOrStderr(), cmd, o.cfgErr, "bpffs", "state-dir")
 			o.channels.stateDir = nvrmStateDir(config.Config{StateDir: o.stateDir})
+			o.givenBPFFS = cmd.Flags().Changed("bpffs") || cmd.Flags().Changed("gate-pin-dir")
+			o.givenStateDir = cmd.Flags().Changed("state-dir")
 			return o.run(cmd.OutOrStdout())
 		},
 	}
@@ -236,8 +243,12 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 		}
 	}
 	rep.NothingToRecover = len(rep.Errors) == 0 && !rep.Gate.Found && len(rep.Gate.Released) == 0 && len(rep.OtherGates) == 0 && rep.Channels.Suspended == 0
+	o.warnNothingThere(rep)
 	if o.detach {
 		o.detachTracer(rep, hadState)
+		if t := rep.Tracer; t != nil && (t.Detached || t.Dropped) {
+			rep.NothingToRecover = false
+		}
 	}
 	if err := rep.write(stdout, o.format); err != nil {
 		return err
@@ -246,6 +257,40 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 		return fmt.Errorf("recover: %d problem(s) left (listed above); run it again once they are fixed", n)
 	}
 	return nil
+}
+
+// warnNothingThere warns of a --state-dir or --bpffs given on the
+// command line that names nothing a daemon could have left: no such
+// directory, or, for --bpffs, one that is not on a BPF filesystem.
+func (o *recoverOptions) warnNothingThere(rep *recoverReport) {
+	if o.givenStateDir {
+		if _, err := os.Stat(o.stateDir); err != nil {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("--state-dir %s: %v: nothing looked at there (the daemon's --state-dir?)", o.stateDir, errors.Unwrap(err)))
+		}
+	}
+	if !o.givenBPFFS {
+		return
+	}
+	// The daemon makes its directory on the BPF filesystem when it first
+	// pins: where it is not there, the nearest directory above it is what
+	// says whether it could be.
+	at := filepath.Clean(o.bpffs)
+	var st unix.Statfs_t
+	for {
+		err := unix.Statfs(at, &st)
+		if err == nil {
+			break
+		}
+		if parent := filepath.Dir(at); err == unix.ENOENT && parent != at {
+			at = parent
+			continue
+		}
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("--bpffs %s: %v: nothing looked at there (the daemon's --bpffs?)", o.bpffs, err))
+		return
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("--bpffs %s: not on a BPF filesystem (%s is not), so nothing was pinned there (the daemon's --bpffs?)", o.bpffs, at))
+	}
 }
 
 // resumeChannels resumes the channel groups recorded as suspended. It

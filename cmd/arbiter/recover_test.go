@@ -61,6 +61,29 @@ func (n *recoverNode) recover(t *testing.T, args ...string) (int, string) {
 	return runMain(t, append([]string{"recover", "--bpffs", n.pinDir, "--state-dir", filepath.Dir(n.stateDir)}, args...)...)
 }
 
+// TestRecoverNothingThere: a --state-dir that does not exist and a
+// --bpffs not on a BPF filesystem, likely mistyped, are warned of, not
+// taken for a node with nothing to recover; the daemon's bpffs directory
+// not made yet is not (it is made at the first pin).
+func TestRecoverNothingThere(t *testing.T) {
+	n := newRecoverNode(t)
+	missing := filepath.Join(t.TempDir(), "no-such-state")
+	plain := t.TempDir()
+	code, out := runMain(t, "recover", "--bpffs", plain, "--state-dir", missing)
+	for _, want := range []string{
+		"warning: --state-dir " + missing + ": no such file or directory: nothing looked at there (the daemon's --state-dir?)",
+		"warning: --bpffs " + plain + ": not on a BPF filesystem (" + plain + " is not)",
+		"nothing to recover",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d; the output does not say %q:\n%s", code, want, out)
+		}
+	}
+	if code, out := n.recover(t); code != 0 || out != "nothing to recover\n" {
+		t.Errorf("the daemon's paths, nothing pinned yet: exit %d, %q", code, out)
+	}
+}
+
 // TestRecoverNothing checks recover on a node where nothing ever ran:
 // exit 0 and "nothing to recover", in text and JSON, every time.
 func TestRecoverNothing(t *testing.T) {
@@ -267,7 +290,8 @@ func TestRecoverDetach(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
 		t.Fatalf("exit %d, %v:\n%s", code, err, out)
 	}
-	if rep.Tracer == nil || !rep.Tracer.Detached || !rep.Tracer.Dropped || rep.Tracer.Pin != pin || rep.Tracer.State != state || len(rep.Warnings) != 0 {
+	if rep.Tracer == nil || !rep.Tracer.Detached || !rep.Tracer.Dropped || rep.Tracer.Pin != pin || rep.Tracer.State != state || len(rep.Warnings) != 0 ||
+		rep.NothingToRecover {
 		t.Errorf("recover --detach: %s", out)
 	}
 	if exists(pin) || exists(state) {
