@@ -49,7 +49,7 @@ func severalPolicies(name string, mods map[string]*ast.Module) []Diagnostic {
 	out := []Diagnostic{{Code: CodeLoad, File: name, Message: fmt.Sprintf(
 		"%d policies loaded as one: %s each define data.arbiter.default_decision, so their rules clash. "+
 			"A directory holds ONE policy, read with all its subdirectories: load each of these directories on its own "+
-			"(to check them all: arbiter policy check %s)",
+			"(name each of them: arbiter policy check %s; policy test takes them the same way)",
 		len(dirs), andList(dirs), strings.Join(dirs, " "))}}
 	for _, d := range dirs {
 		loc := at[d]

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -253,6 +254,9 @@ a policy has none, or one does not load.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := policyCheckFormat(format); err != nil {
 				return err
+			}
+			if _, err := regexp.Compile(run); err != nil {
+				return usageErrorf("--run %q: %v", run, err)
 			}
 			out := cmd.OutOrStdout()
 			var results []policyTestResult

@@ -196,6 +196,12 @@ func TestPolicyCheck(t *testing.T) {
 	if _, code := runPolicy(t, "", "check"); code != 2 {
 		t.Fatalf("no dir: exit %d", code)
 	}
+	// A --run that is no regular expression is the flag's fault, not the
+	// policy's.
+	if out, code := runPolicy(t, "", "test", "--run", "bogus[", "../../rego/default"); code != 2 || !strings.Contains(out, `--run "bogus[": error parsing regexp`) ||
+		strings.Contains(out, "rego/default") {
+		t.Fatalf("bad --run: exit %d\n%s", code, out)
+	}
 	if out, code := runPolicy(t, "", "check", "/nonexistent"); code == 0 || !strings.Contains(out, "no such file") {
 		t.Fatalf("missing dir: exit %d %s", code, out)
 	}
