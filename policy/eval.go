@@ -47,6 +47,9 @@ func DecodeInput(r io.Reader) (any, error) {
 	if d := jsonDepth(b); d > MaxInputDepth {
 		return nil, fmt.Errorf("input: nested %d levels deep, more than %d", d, MaxInputDepth)
 	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, errors.New("input: empty: an input document is a JSON object (arbiter policy schema input prints its schema; examples/policy has two)")
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any

@@ -108,6 +108,7 @@ func TestDecodeInputHostile(t *testing.T) {
 		{"deep in a label", `{"apiVersion":"arbiter.io/v1","node":{"hostname":"n","time":"t","gpus":[]},"process":{"pid":1,"comm":"x","env":{"A":` + strings.Repeat("[", 2000) + strings.Repeat("]", 2000) + `}}}`, "nested 2003 levels deep"},
 		{"not json", "\xff\xfe", "input: not valid JSON: byte offset 1"},
 		{"cut short", `{"apiVersion":`, "input: not valid JSON: unexpected EOF"},
+		{"empty", " \n", "input: empty: an input document is a JSON object"},
 		{"huge", `{"x": "` + strings.Repeat("a", MaxInputBytes) + `"}`, "input: more than 16777216 bytes"},
 		{"wrong api version", `{"apiVersion":"v0","node":{"hostname":"n","time":"t","gpus":[]}}`, `apiVersion: "v0" is not one of arbiter.io/v1`},
 		{"bad pid type", `{"apiVersion":"arbiter.io/v1","node":{"hostname":"n","time":"t","gpus":[]},"process":{"pid":"1","comm":"x"}}`, `process.pid: want integer, got string "1"`},

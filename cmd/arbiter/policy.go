@@ -411,7 +411,15 @@ and print, as JSON, the value the policy returned and the decision the engine
 would apply, with the reason when the policy's value was not usable, and
 which evaluator ran. With --explain, print the evaluation trace with file and
 row first (a trace needs topdown, so --explain always evaluates with it).`,
-		Args: cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return usageErrorf("name the policy (DIR or BUNDLE)")
+			case len(args) > 1:
+				return usageErrorf("one policy, not %d arguments: the input document goes in --input FILE (%q?)", len(args), args[1])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if input == "" {
 				return usageErrorf("--input FILE is required")

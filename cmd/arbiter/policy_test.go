@@ -281,6 +281,9 @@ func TestPolicyEval(t *testing.T) {
 		!strings.Contains(out, "\n  process.pid: want integer") || !strings.Contains(out, "\n  process.pidd: unknown field") {
 		t.Fatalf("several errors: exit %d\n%s", code, out)
 	}
+	if out, code := runPolicy(t, "", "eval", dir, "input.json"); code != 2 || !strings.Contains(out, `one policy, not 2 arguments: the input document goes in --input FILE ("input.json"?)`) {
+		t.Fatalf("input as an argument: exit %d\n%s", code, out)
+	}
 	if _, code := runPolicy(t, "", "eval", dir); code != 2 {
 		t.Fatalf("no --input: exit %d", code)
 	}

@@ -52,7 +52,12 @@ Baselines: ` + strings.Join(whatif.Names(), ", ") + `.
 With --out, writes report.json (same seed, same bytes), latency.svg and
 timeline.svg into the directory. A trace recorded by arbiter trace --record
 is replayed through a spec; given one, sim prints a spec to start from.`,
-		Args: cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("%q: sim takes no arguments; the workload spec goes in --workload FILE", args[0])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSim(cmd, f) },
 	}
 	fl := cmd.Flags()
@@ -96,9 +101,12 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	}
 	// Checked before the spec, so that a mistyped flag is not preceded by
 	// the spec's warnings.
-	for _, n := range names {
+	for i, n := range names {
 		if !slices.Contains(whatif.Names(), n) {
 			return usageErrorf("--baselines: unknown baseline %q (known: %s)", n, strings.Join(whatif.Names(), ", "))
+		}
+		if slices.Contains(names[:i], n) {
+			return usageErrorf("--baselines: baseline %q given twice", n)
 		}
 	}
 	if slices.Contains(names, whatif.Arbiter) && f.policy == "" {

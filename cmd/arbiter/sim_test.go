@@ -75,17 +75,23 @@ func TestSimCommandErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--workload", bad}, "bad.yaml:5: be[0].kernel: negative duration"},
+		{[]string{"--workload", bad}, "bad.yaml:5: be[0].kernel: -3ms: a duration must be positive"},
 		{[]string{"--workload", spec, "--baselines", "nope"}, `unknown baseline "nope"`},
+		{[]string{"--workload", spec, "--baselines", "exclusive,timeslice,exclusive"}, `--baselines: baseline "exclusive" given twice`},
 		{[]string{"--workload", spec, "--policy", badPolicy}, "p.rego:3:"},
 		{[]string{"--workload", spec, "--baselines", "timeslice,arbiter"}, "--policy DIR"},
 		{[]string{"--workload", filepath.Join(t.TempDir(), "missing.yaml")}, "no such file"},
 		{[]string{}, `required flag(s) "workload" not set`},
+		{[]string{spec}, `sim takes no arguments; the workload spec goes in --workload FILE`},
 	}
 	for _, c := range cases {
 		_, err := runSimCmd(t, append(c.args, "--quiet")...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want %q", c.args, err, c.want)
+		}
+		var ue *usageError
+		if strings.HasPrefix(c.want, "--baselines") && !errors.As(err, &ue) {
+			t.Errorf("%v: %v is not a usage error", c.args, err)
 		}
 	}
 }

@@ -97,6 +97,9 @@ func Parse(data []byte, name string) (*File, error) {
 	if msg := binaryAt(data, false); msg != "" {
 		return nil, &FieldError{File: name, Msg: msg}
 	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, &FieldError{File: name, Msg: "empty: a workload spec gives gpus and at least one workload (docs/simulator.md, \"Workload specs\")"}
+	}
 	var root yamlv3.Node
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&root); err != nil {

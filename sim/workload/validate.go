@@ -226,6 +226,9 @@ func (a *Arrival) validate(path string) *FieldError {
 	}
 	switch a.Process {
 	case "poisson", "lognormal", "periodic":
+		if a.Rate == 0 {
+			return fieldErr(path+".rate", "missing or 0: process %s needs requests per second, positive, at most %g", a.Process, maxRate)
+		}
 		if !(a.Rate > 0) || a.Rate > maxRate || math.IsInf(a.Rate, 0) {
 			return fieldErr(path+".rate", "%g requests/s: must be positive and at most %g", a.Rate, maxRate)
 		}
@@ -246,8 +249,11 @@ func (a *Arrival) validate(path string) *FieldError {
 			}
 		}
 	case "trace":
-		if (len(a.Times) == 0) == (a.File == "") {
-			return fieldErr(path, "process trace needs exactly one of times and file")
+		switch {
+		case len(a.Times) == 0 && a.File == "":
+			return fieldErr(path, "process trace needs its arrivals: times (a list of offsets from the start, not empty) or file (a text file of them, one a line)")
+		case len(a.Times) > 0 && a.File != "":
+			return fieldErr(path, "process trace takes times or file, not both")
 		}
 		for i := range a.Times {
 			if a.Times[i] < 0 || (i > 0 && a.Times[i] < a.Times[i-1]) {
@@ -326,9 +332,17 @@ func (d *Dist) validate(path string, positive bool) *FieldError {
 	default:
 		return fieldErr(path+".dist", "%s: want const, exp, lognormal or uniform", quote(d.Dist))
 	}
-	if d.Mean < 0 || d.Min < 0 || d.Max < 0 {
-		return fieldErr(path, "negative duration (mean %v, min %v, max %v): durations must be positive",
-			time.Duration(d.Mean), time.Duration(d.Min), time.Duration(d.Max))
+	for _, f := range []struct {
+		name string
+		v    Duration
+	}{{"mean", d.Mean}, {"min", d.Min}, {"max", d.Max}} {
+		switch {
+		case f.v >= 0:
+		case d.Dist == "const": // a bare duration, or one said to be constant
+			return fieldErr(path, "%v: a duration must be positive", time.Duration(f.v))
+		default:
+			return fieldErr(path+"."+f.name, "%v: a duration must be positive", time.Duration(f.v))
+		}
 	}
 	if d.Dist == "uniform" {
 		if d.Mean != 0 {
@@ -338,7 +352,10 @@ func (d *Dist) validate(path string, positive bool) *FieldError {
 			return fieldErr(path, "uniform needs 0 < min < max (min %v, max %v)", time.Duration(d.Min), time.Duration(d.Max))
 		}
 	} else {
-		if positive && d.Mean == 0 {
+		switch {
+		case positive && d.Mean == 0 && d.Dist == "const":
+			return fieldErr(path, "0s: a duration here must be positive")
+		case positive && d.Mean == 0:
 			return fieldErr(path+".mean", "required and must be positive")
 		}
 		if d.Max != 0 && d.Max < d.Min {
