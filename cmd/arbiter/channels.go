@@ -121,7 +121,9 @@ CAP_SYS_PTRACE plus access to the device nodes) and closes it at once.`,
 // arguments, and, with --format json, also write any error it returns to
 // stdout as one JSON object, {"error": "...", "exit_code": N}, so that
 // stdout holds only JSON; the error still ends the command, with the same
-// exit status, and main prints it on stderr as text.
+// exit status, and main prints it on stderr as text. (main writes that
+// object for any command that fails with --format json before it wrote
+// anything; channels writes it itself, its usage line in it.)
 func (o *channelsOptions) reportErrors(sub *cobra.Command) {
 	validate, run := sub.Args, sub.RunE
 	if validate == nil {

@@ -5,8 +5,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,17 +22,47 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	cmd, err := newRootCmd(version).ExecuteContextC(ctx)
+	out := &countingWriter{w: os.Stdout}
+	root := newRootCmd(version)
+	root.SetOut(out)
+	cmd, err := root.ExecuteContextC(ctx)
 	stop()
 	if err != nil {
 		err = withUsage(rootError(err), cmd)
-		fmt.Fprintln(os.Stderr, errorText(err))
+		code := 1
 		var ec exitCoder
 		if errors.As(err, &ec) {
-			os.Exit(ec.ExitCode())
+			code = ec.ExitCode()
 		}
-		os.Exit(1)
+		// Asked for JSON and given nothing: the error is the output, so
+		// that a script reading stdout reads JSON either way.
+		if out.n == 0 && wantsJSON(cmd) {
+			_ = json.NewEncoder(os.Stdout).Encode(jsonError{Error: err.Error(), ExitCode: code})
+		}
+		fmt.Fprintln(os.Stderr, errorText(err))
+		os.Exit(code)
 	}
+}
+
+// countingWriter counts what a command wrote to its output.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// wantsJSON reports whether cmd was run with --format json.
+func wantsJSON(cmd *cobra.Command) bool {
+	if cmd == nil {
+		return false
+	}
+	f := cmd.Flags().Lookup("format")
+	return f != nil && f.Value.String() == "json"
 }
 
 // exitCoder is an error that chooses the process exit status.

@@ -254,7 +254,11 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 		return err
 	}
 	if n := len(rep.Errors); n > 0 {
-		return fmt.Errorf("recover: %d problem(s) left (listed above); run it again once they are fixed", n)
+		where := "listed above"
+		if o.format == "json" {
+			where = "the report's errors"
+		}
+		return fmt.Errorf("recover: %d problem(s) left (%s); run it again once they are fixed", n, where)
 	}
 	return nil
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -132,5 +136,56 @@ func TestRootErrors(t *testing.T) {
 		if !strings.HasPrefix(got, c.want) || strings.Contains(got, "arbiter: arbiter") || code != c.code || strings.Count(got, "usage: ") != usage {
 			t.Errorf("%v: exit %d, %q; want exit %d, %q", c.args, code, got, c.code, c.want)
 		}
+	}
+}
+
+// TestJSONErrors: a command run with --format json that fails before it
+// writes anything writes its error to stdout as one JSON object, with the
+// exit status it ends with, and on stderr as text; one that wrote its
+// JSON output and then fails writes nothing more to stdout.
+func TestJSONErrors(t *testing.T) {
+	run := func(args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "ARBITER_TEST_MAIN=1")
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), code
+	}
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	for _, c := range []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"ps", "--format", "json", "--socket", filepath.Join(t.TempDir(), "none.sock")}, "no arbiter daemon answers on", 1},
+		{[]string{"sim", "--format", "json", "--workload", missing}, "missing.yaml: no such file or directory", 1},
+		{[]string{"doctor", "--format", "json", "--root", missing}, "--root " + missing, 2},
+	} {
+		stdout, stderr, code := run(c.args...)
+		var je jsonError
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		if err := dec.Decode(&je); err != nil || dec.More() || code != c.code || je.ExitCode != code || !strings.Contains(je.Error, c.want) ||
+			!strings.HasPrefix(stderr, "arbiter: ") || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stdout %q (%v), stderr %q; want one JSON error saying %q, exit %d", c.args, code, stdout, err, stderr, c.want, c.code)
+		}
+	}
+	// Its JSON written, a failed check writes no second document.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "p.rego"), []byte("package arbiter\n\nclassify := {\"class\": }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, code := run("policy", "check", "--format", "json", bad)
+	var res map[string]any
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	if err := dec.Decode(&res); err != nil || dec.More() || code != 1 || res["ok"] != false {
+		t.Errorf("policy check of a bad policy: exit %d, stdout %q (%v); want its one result, not ok", code, stdout, err)
 	}
 }
