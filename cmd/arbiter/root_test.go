@@ -50,7 +50,7 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string // the error's text; "" for success
 	}{
-		{[]string{"policy", "eval"}, "arbiter policy eval: accepts 1 arg(s), received 0\nusage: arbiter policy eval DIR|BUNDLE --input FILE [flags]"},
+		{[]string{"policy", "eval"}, "arbiter policy eval: name the policy (DIR or BUNDLE)\nusage: arbiter policy eval DIR|BUNDLE --input FILE [flags]"},
 		{[]string{"policy", "test"}, "arbiter policy test: requires at least 1 arg(s), only received 0\nusage: arbiter policy test DIR|BUNDLE... [flags]"},
 		{[]string{"policy", "check"}, "usage: arbiter policy check DIR|BUNDLE... [flags]"},
 		{[]string{"trace", "x"}, "unknown command \"x\" for \"arbiter trace\"\nusage: arbiter trace [flags]"},
