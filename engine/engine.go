@@ -423,13 +423,18 @@ func (e *Engine) armDeadline() error {
 // ReleaseAll undoes every suspension, gate and quota the engine applied,
 // going on past errors and returning them joined: armed gates are
 // disarmed first, so that no request closes one again, and whatever they
-// closed is opened last. Run calls it on return.
+// closed is opened last. The timeslices it set go back to the driver's
+// default too, as far as they can (a process may have gone meanwhile: a
+// failure is recorded, not returned). Run calls it on return.
 func (e *Engine) ReleaseAll() error {
 	e.disarmAll()
 	var errs []error
-	for _, p := range e.procs {
-		errs = append(errs, e.releaseProc(p, "engine stopping"))
+	for _, pid := range e.pids() {
+		errs = append(errs, e.releaseProc(e.procs[pid], "engine stopping"))
 	}
 	e.settle(true)
+	for _, pid := range e.pids() {
+		e.unsetSlices(e.procs[pid])
+	}
 	return errors.Join(errs...)
 }

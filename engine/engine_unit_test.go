@@ -146,7 +146,8 @@ func TestRequestSpansStages(t *testing.T) {
 		t.Errorf("requests %d max %v, want 2 and 1.05ms", lc.Latency.Requests, lc.Latency.Max)
 	}
 	want := []string{"interleave 20 low", "timeslice 20 gpu0 50us", "timeslice 10 gpu0 16000us", "interleave 10 high",
-		"suspend 20 gpu0", "resume 20 gpu0", "suspend 20 gpu0", "resume 20 gpu0"}
+		"suspend 20 gpu0", "resume 20 gpu0", "suspend 20 gpu0", "resume 20 gpu0",
+		"timeslice 10 gpu0 1024us", "timeslice 20 gpu0 1024us"} // the driver's default back at the end
 	if !slices.Equal(enf.log, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)
 	}
@@ -156,7 +157,8 @@ func TestRequestSpansStages(t *testing.T) {
 // the driver's timeslice until a latency-critical process shares its
 // GPU, gets its plan's short one while one does, and the driver's back
 // when the last one leaves; a failed set is tried again at the next
-// change.
+// change, and as the engine stops, which gives every process the engine
+// set another timeslice for the driver's back.
 func TestBestEffortSliceBesideLatencyCritical(t *testing.T) {
 	exit := func(t, pid uint32) trace.Event {
 		return trace.Event{Kind: trace.KindExit, PID: pid, TID: pid, Time: uint64(t) * us}
@@ -184,7 +186,8 @@ func TestBestEffortSliceBesideLatencyCritical(t *testing.T) {
 			"timeslice 20 gpu0 50us", "timeslice 30 gpu0 50us", "timeslice 10 gpu0 16000us",
 			"timeslice 20 gpu0 2000us", "timeslice 30 gpu0 2000us",
 			"timeslice 20 gpu0 50us", "timeslice 11 gpu0 16000us",
-			"timeslice 20 gpu0 2000us", "timeslice 30 gpu0 2000us"}},
+			"timeslice 20 gpu0 2000us", "timeslice 30 gpu0 2000us",
+			"timeslice 30 gpu0 2000us"}}, // and once more as the engine stops
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			classify := engine.ClassifierFunc(func(p engine.ProcessInfo) (sched.Plan, string, error) {
@@ -258,7 +261,7 @@ func TestGateWhereChannelsUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"interleave 30 low", "timeslice 30 gpu0 50us", "timeslice 10 gpu0 16000us", "interleave 10 high",
-		"gate 20", "suspend 30 gpu0", "gate 30", "ungate 20", "ungate 30"}
+		"gate 20", "suspend 30 gpu0", "gate 30", "ungate 20", "ungate 30", "timeslice 10 gpu0 1024us", "timeslice 30 gpu0 1024us"}
 	if !slices.Equal(enf.log, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)
 	}

@@ -108,6 +108,26 @@ func (e *Engine) setSlices(gpu int, registered *proc) {
 	}
 }
 
+// unsetSlices gives p the driver's default timeslice back on every GPU
+// where the engine set another.
+func (e *Engine) unsetSlices(p *proc) {
+	if e.enf == nil {
+		return
+	}
+	def := max(uint64(e.opts.DefaultTimeslice.Microseconds()), 1)
+	for i, g := range p.gpus {
+		if p.slice[i] == 0 || p.slice[i] == def {
+			continue
+		}
+		e.st.Timeslices++
+		err := e.enf.SetTimeslice(p.key.PID, g, def)
+		if err == nil {
+			p.slice[i] = 0
+		}
+		e.recordEnforce(p, g, ActionTimeslice, fmt.Sprintf("timeslice %v, the driver's default: engine stopping", e.opts.DefaultTimeslice), err)
+	}
+}
+
 // wantSlice is the timeslice (µs) p's plan gives it on a GPU where the
 // engine last set set (0: none), with or without a latency-critical
 // process there (lc), and why; 0: leave the driver's, which p has. A
