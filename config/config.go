@@ -244,7 +244,10 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.checkTLS()...)
 	errs = append(errs, c.checkBundle()...)
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return several("the settings", errs)
 }
 
 // checkTLS checks the settings of how listen is served, together.

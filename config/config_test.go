@@ -168,7 +168,7 @@ func TestValidate(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, w := range []string{`config: listen: "nope" is not HOST:PORT`, `config: log_level: "chatty"`} {
+	for _, w := range []string{"config: the settings: 2 errors:\n", `  listen: "nope" is not HOST:PORT`, `  log_level: "chatty"`} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not contain %q", err, w)
 		}
@@ -388,5 +388,15 @@ func TestBundleSettings(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", cfg, err, c.want)
 		}
+	}
+}
+
+// TestParseSeveralErrors: every wrong line of a file is reported, under
+// one line that counts them, each naming its line.
+func TestParseSeveralErrors(t *testing.T) {
+	_, err := Parse("x.yaml", []byte("listen: nope\nlog_level: chatty\n"))
+	want := "config: x.yaml: 2 errors:\n  x.yaml:1: listen: \"nope\" is not HOST:PORT"
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "\n  x.yaml:2: log_level: \"chatty\"") {
+		t.Errorf("error %q\nwant it to start %q and name line 2", err, want)
 	}
 }

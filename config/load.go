@@ -77,10 +77,36 @@ func Parse(name string, data []byte) (Config, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return Config{}, errors.Join(errs...)
+		return Config{}, several(name, errs)
 	}
 	return cfg, nil
 }
+
+// several puts the errors found in one place (a file, the settings)
+// together: one as it is, more under a line that counts them, each on a
+// line of its own, indented, so that every one is read as part of the
+// same failure.
+func several(where string, errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "config: %s: %d errors:", where, len(errs))
+	for _, e := range errs {
+		b.WriteString("\n  ")
+		b.WriteString(strings.TrimPrefix(e.Error(), "config: "))
+	}
+	return &joined{msg: b.String(), errs: errs}
+}
+
+// joined is several errors under one message; errors.Is and As see each.
+type joined struct {
+	msg  string
+	errs []error
+}
+
+func (j *joined) Error() string   { return j.msg }
+func (j *joined) Unwrap() []error { return j.errs }
 
 // apply sets the setting named by key node k to value node v.
 func apply(cfg *Config, k, v *yaml.Node, seen map[string]int) error {
