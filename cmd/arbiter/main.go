@@ -22,9 +22,9 @@ var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	out := &countingWriter{w: os.Stdout}
+	out := &countingWriter{f: os.Stdout}
 	root := newRootCmd(version)
-	root.SetOut(out)
+	countOutput(root, out)
 	cmd, err := root.ExecuteContextC(ctx)
 	stop()
 	if err != nil {
@@ -44,21 +44,45 @@ func main() {
 	}
 }
 
-// countingWriter counts what a command wrote to its output.
+// countingWriter is stdout, counting what a command wrote to it.
 type countingWriter struct {
-	w io.Writer
+	f *os.File
 	n int64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
+	n, err := c.f.Write(p)
 	c.n += int64(n)
 	return n, err
 }
 
-// wantsJSON reports whether cmd was run with --format json.
+// Fd is the file's descriptor, for the commands that ask whether their
+// output is a terminal.
+func (c *countingWriter) Fd() uintptr { return c.f.Fd() }
+
+// countOutput makes every runnable command below c write its output
+// through out once it runs: not while cobra parses the flags, whose
+// notices (a deprecated flag) go to stderr, which cobra finds through the
+// same setting.
+func countOutput(c *cobra.Command, out io.Writer) {
+	for _, sub := range c.Commands() {
+		countOutput(sub, out)
+	}
+	if run := c.RunE; run != nil {
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			cmd.SetOut(out)
+			return run(cmd, args)
+		}
+	}
+}
+
+// wantsJSON reports whether cmd was run with --format json, its stdout
+// not taken by something else (a trace recorded to it: --record -).
 func wantsJSON(cmd *cobra.Command) bool {
 	if cmd == nil {
+		return false
+	}
+	if r := cmd.Flags().Lookup("record"); r != nil && r.Value.String() == "-" {
 		return false
 	}
 	f := cmd.Flags().Lookup("format")

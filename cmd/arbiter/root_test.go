@@ -177,6 +177,16 @@ func TestJSONErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q (%v), stderr %q; want one JSON error saying %q, exit %d", c.args, code, stdout, err, stderr, c.want, c.code)
 		}
 	}
+	// A deprecated flag's notice goes to stderr, not ahead of the JSON;
+	// a trace recorded to stdout gets no JSON error in it.
+	dir := t.TempDir()
+	out, stderr, _ := run("recover", "--gate-pin-dir", dir, "--state-dir", dir, "--format", "json")
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&map[string]any{}); err != nil || !strings.Contains(stderr, "deprecated") {
+		t.Errorf("recover with a deprecated flag: stdout %q (%v), stderr %q", out, err, stderr)
+	}
+	if stdout, _, code := run("trace", "--format", "json", "--record", "-", "--replay", missing); code != 1 || stdout != "" {
+		t.Errorf("trace --record - that fails: exit %d, stdout %q; want nothing on it", code, stdout)
+	}
 	// Its JSON written, a failed check writes no second document.
 	bad := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bad, "p.rego"), []byte("package arbiter\n\nclassify := {\"class\": }\n"), 0o644); err != nil {

@@ -119,7 +119,11 @@ func runSim(cmd *cobra.Command, f *simFlags) error {
 	}
 	file, err := loadSpec(f.workload)
 	if tr, ok := errors.AsType[*errTraceGiven](err); ok {
-		if _, werr := io.WriteString(cmd.OutOrStdout(), tr.spec); werr != nil {
+		// The spec to start from is the output, unless JSON was asked
+		// for: then stdout holds the error, which says how to get it.
+		if f.format == "json" {
+			tr.noSpec = true
+		} else if _, werr := io.WriteString(cmd.OutOrStdout(), tr.spec); werr != nil {
 			return fmt.Errorf("%w (and writing the spec: %v)", err, werr)
 		}
 	}

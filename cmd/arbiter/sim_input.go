@@ -19,9 +19,16 @@ import (
 // stderr.
 type errTraceGiven struct {
 	path, spec string
+	// noSpec: the spec was not written (JSON was asked for stdout).
+	noSpec bool
 }
 
 func (e *errTraceGiven) Error() string {
+	if e.noSpec {
+		return fmt.Sprintf("%s is a trace recorded by arbiter trace --record, not a workload spec; "+
+			"without --format json, sim writes a spec that replays it to stdout (arbiter sim --workload %s > %s.yaml)",
+			e.path, e.path, strings.TrimSuffix(e.path, filepath.Ext(e.path)))
+	}
 	return fmt.Sprintf("%s is a trace recorded by arbiter trace --record, not a workload spec; "+
 		"a spec that replays it is on stdout: save it beside the trace (arbiter sim --workload %s > %s.yaml), "+
 		"set each process's class to lc or be, give LC processes an SLO, then run arbiter sim --workload on it",

@@ -288,7 +288,7 @@ func (r *recorder) abort() {
 
 // isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := w.(interface{ Fd() uintptr })
 	if !ok {
 		return false
 	}
@@ -299,7 +299,7 @@ func isTerminal(w io.Writer) bool {
 // terminalWidth returns the width in columns of the terminal w is, 0 if
 // it is not one or does not say.
 func terminalWidth(w io.Writer) int {
-	f, ok := w.(*os.File)
+	f, ok := w.(interface{ Fd() uintptr })
 	if !ok {
 		return 0
 	}

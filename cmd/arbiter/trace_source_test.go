@@ -207,6 +207,13 @@ func TestTraceRecordRefusesTerminalAndItsOwnInput(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "standard output is a terminal") {
 		t.Errorf("--record - to a terminal: %v", err)
 	}
+	// As main hands it stdout: through the writer that counts what a
+	// command wrote.
+	o = &traceOptions{format: "text", idleGap: trace.DefaultIdleGap, replay: src, record: "-"}
+	err = runTrace(context.Background(), o, nil, &countingWriter{f: ptmx}, &bytes.Buffer{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "standard output is a terminal") {
+		t.Errorf("--record - to a terminal, counted: %v", err)
+	}
 
 	o = &traceOptions{format: "text", idleGap: trace.DefaultIdleGap, replay: src, record: src}
 	err = runTrace(context.Background(), o, nil, &bytes.Buffer{}, &bytes.Buffer{}, nil)
