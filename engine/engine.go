@@ -137,7 +137,11 @@ type Engine struct {
 	execs   map[uint32]string // names from exec events, until a first driver call
 	last    *proc
 	gpus    map[int]*gpuState
-	cls     map[string]*class
+	// slicesLater holds back setting timeslices while every process is
+	// reclassified; slicesDue are the GPUs to settle then.
+	slicesLater bool
+	slicesDue   map[int]bool
+	cls         map[string]*class
 	// idle keeps the latency measured for classes that lost their last
 	// member, so that a class's counts and distribution go on over the
 	// daemon's life when a member comes again (at most idleClasses); its
@@ -434,7 +438,7 @@ func (e *Engine) ReleaseAll() error {
 	}
 	e.settle(true)
 	for _, pid := range e.pids() {
-		e.unsetSlices(e.procs[pid])
+		e.unsetSlices(e.procs[pid], "engine stopping")
 	}
 	return errors.Join(errs...)
 }

@@ -228,6 +228,57 @@ func TestBestEffortSliceBesideLatencyCritical(t *testing.T) {
 	}
 }
 
+// TestSlicesFollowReloadsAndExec: a reload that moves the
+// latency-critical role from one process to another settles each GPU's
+// timeslices once, with every plan known (each process's slice sent once,
+// none flipped back and forth); a reload that puts best-effort work at a
+// level without channel control, or its class without a timeslice, gives
+// the short slice back; an image replaced by exec gets the default back
+// before the new one is classified.
+func TestSlicesFollowReloadsAndExec(t *testing.T) {
+	lcIs := func(pid uint32, be sched.Plan) engine.ClassifierFunc {
+		return func(p engine.ProcessInfo) (sched.Plan, string, error) {
+			if p.Key.PID == pid {
+				return lcPlan, "the latency-critical one", nil
+			}
+			return be, "default", nil
+		}
+	}
+	evs := []trace.Event{launch(us, 10), launch(2*us, 20), launch(3*us, 30)}
+	enf := &calls{}
+	opts := engine.Options{Classifier: lcIs(10, bePlan), IdleGap: 100 * time.Microsecond}
+	e, err := engine.New(&events{evs: evs}, enf, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range evs {
+		e.Apply(&evs[i])
+	}
+	step := func(what string, do func(), want ...string) {
+		t.Helper()
+		enf.log = nil
+		do()
+		if got := only(enf.log, "timeslice"); !slices.Equal(got, want) {
+			t.Errorf("%s: timeslices set\n%q\nwant\n%q", what, got, want)
+		}
+	}
+	step("the role moves from 10 to 30", func() { e.Reclassify(lcIs(30, bePlan), "policy changed") },
+		"timeslice 10 gpu0 50us", "timeslice 20 gpu0 50us", "timeslice 30 gpu0 16000us")
+	noSlice := bePlan
+	noSlice.Timeslice = 0
+	step("best-effort without a timeslice", func() { e.Reclassify(lcIs(30, noSlice), "policy changed") },
+		"timeslice 10 gpu0 1024us", "timeslice 20 gpu0 1024us", "timeslice 30 gpu0 16000us")
+	step("back", func() { e.Reclassify(lcIs(30, bePlan), "policy changed back") },
+		"timeslice 10 gpu0 50us", "timeslice 20 gpu0 50us", "timeslice 30 gpu0 16000us")
+	observe := bePlan
+	observe.Level = sched.LevelObserve
+	step("best-effort at observe", func() { e.Reclassify(lcIs(30, observe), "policy changed") },
+		"timeslice 10 gpu0 1024us", "timeslice 20 gpu0 1024us", "timeslice 30 gpu0 16000us")
+	step("back again", func() { e.Reclassify(lcIs(30, bePlan), "policy changed back") },
+		"timeslice 10 gpu0 50us", "timeslice 20 gpu0 50us", "timeslice 30 gpu0 16000us")
+	step("10 execs", func() { ev := exec(5*us, 10, "other"); e.Apply(&ev) }, "timeslice 10 gpu0 1024us")
+}
+
 // supported is an enforcer that can only gate some processes.
 type supported struct {
 	*calls
@@ -261,7 +312,7 @@ func TestGateWhereChannelsUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"interleave 30 low", "timeslice 30 gpu0 50us", "timeslice 10 gpu0 16000us", "interleave 10 high",
-		"gate 20", "suspend 30 gpu0", "gate 30", "ungate 20", "ungate 30", "timeslice 10 gpu0 1024us", "timeslice 30 gpu0 1024us"}
+		"gate 20", "suspend 30 gpu0", "timeslice 30 gpu0 1024us", "gate 30", "ungate 20", "ungate 30", "timeslice 10 gpu0 1024us"}
 	if !slices.Equal(enf.log, want) {
 		t.Errorf("enforcer calls\n%q\nwant\n%q", enf.log, want)
 	}

@@ -66,13 +66,15 @@ func (e *Engine) plan(p *proc, register bool) {
 		}
 	}
 	p.level, p.limit = level, limit
-	if !register || e.enf == nil {
+	if e.enf == nil {
 		return
 	}
 	for _, g := range p.gpus {
-		e.setSlices(g, p) // p's, and others' where p comes or goes as latency-critical
+		// p's, and others' where p comes or goes as latency-critical;
+		// replanned weaker (a suspend that failed), the default back.
+		e.setSlices(g, func(q *proc) bool { return register && q == p })
 	}
-	if level == sched.LevelObserve || level == sched.LevelGate {
+	if !register || level == sched.LevelObserve || level == sched.LevelGate {
 		return
 	}
 	e.st.Interleaves++
@@ -81,71 +83,89 @@ func (e *Engine) plan(p *proc, register bool) {
 }
 
 // setSlices sets the timeslice each process on gpu should have now
-// (wantSlice) where it differs from the one the engine set last, and
-// registered's in any case: it is being planned (registration, a
-// reclassification), and its channel groups may be new since.
-func (e *Engine) setSlices(gpu int, registered *proc) {
+// (wantSlice) where it differs from the one the engine set last, and in
+// any case that of a process fresh says is being planned (registration,
+// a reclassification): its channel groups may be new since. While a
+// reclassification of every process is under way (e.slicesLater), the
+// GPU is left for it to settle once, when every plan is known.
+func (e *Engine) setSlices(gpu int, fresh func(*proc) bool) {
 	if e.enf == nil {
+		return
+	}
+	if e.slicesLater {
+		e.slicesDue[gpu] = true
 		return
 	}
 	gs := e.gpu(gpu)
 	lc := slices.ContainsFunc(gs.procs, func(q *proc) bool { return q.plan.LatencyCritical })
 	for _, q := range gs.procs {
-		if q.level == sched.LevelObserve || q.level == sched.LevelGate || q.plan.Timeslice <= 0 {
-			continue
-		}
 		i := slices.Index(q.gpus, gpu)
 		us, why := e.wantSlice(q, q.slice[i], lc)
-		if us == 0 || (us == q.slice[i] && q != registered) {
+		if us == 0 || (us == q.slice[i] && !fresh(q)) {
 			continue
 		}
-		e.st.Timeslices++
-		err := e.enf.SetTimeslice(q.key.PID, gpu, us)
-		if err == nil {
-			q.slice[i] = us
-		}
-		e.recordEnforce(q, gpu, ActionTimeslice, why, err)
+		e.setSlice(q, i, us, why)
 	}
+}
+
+// setSlice sets p's timeslice on its i-th GPU and records it.
+func (e *Engine) setSlice(p *proc, i int, us uint64, why string) {
+	e.st.Timeslices++
+	err := e.enf.SetTimeslice(p.key.PID, p.gpus[i], us)
+	if err == nil {
+		p.slice[i] = us
+	}
+	e.recordEnforce(p, p.gpus[i], ActionTimeslice, why, err)
 }
 
 // unsetSlices gives p the driver's default timeslice back on every GPU
-// where the engine set another.
-func (e *Engine) unsetSlices(p *proc) {
+// where the engine set another: as the engine stops, or as p's image is
+// replaced (the driver's channel control holds a process's timeslice for
+// the groups it makes later).
+func (e *Engine) unsetSlices(p *proc, why string) {
 	if e.enf == nil {
 		return
 	}
-	def := max(uint64(e.opts.DefaultTimeslice.Microseconds()), 1)
-	for i, g := range p.gpus {
-		if p.slice[i] == 0 || p.slice[i] == def {
-			continue
+	def := e.defaultSlice()
+	for i := range p.gpus {
+		if p.slice[i] != 0 && p.slice[i] != def {
+			e.setSlice(p, i, def, fmt.Sprintf("timeslice %v, the driver's default: %s", e.opts.DefaultTimeslice, why))
 		}
-		e.st.Timeslices++
-		err := e.enf.SetTimeslice(p.key.PID, g, def)
-		if err == nil {
-			p.slice[i] = 0
-		}
-		e.recordEnforce(p, g, ActionTimeslice, fmt.Sprintf("timeslice %v, the driver's default: engine stopping", e.opts.DefaultTimeslice), err)
 	}
 }
 
-// wantSlice is the timeslice (µs) p's plan gives it on a GPU where the
+// defaultSlice is the driver's default timeslice in µs.
+func (e *Engine) defaultSlice() uint64 { return max(uint64(e.opts.DefaultTimeslice.Microseconds()), 1) }
+
+// wantSlice is the timeslice (µs) p should have on a GPU where the
 // engine last set set (0: none), with or without a latency-critical
-// process there (lc), and why; 0: leave the driver's, which p has. A
-// short slice for work that is not latency-critical is for a
-// latency-critical process to wait at most one of it: with none there,
-// it would only switch best-effort processes off the GPU in turn, each
-// switch a save and a load of a context.
+// process there (lc), and why; 0: leave the one it has. Its plan's, at a
+// level that sets one; a short slice for work that is not
+// latency-critical only beside latency-critical work, which it is there
+// for to wait at most one of (with none there, it would only switch
+// best-effort processes off the GPU in turn, each switch a save and a
+// load of a context). Where the plan no longer asks for the slice the
+// engine set (another level, no timeslice, no latency-critical process
+// left), the driver's default.
 func (e *Engine) wantSlice(p *proc, set uint64, lc bool) (uint64, string) {
-	us := max(uint64(p.plan.Timeslice.Microseconds()), 1)
-	def := max(uint64(e.opts.DefaultTimeslice.Microseconds()), 1)
-	switch {
-	case p.plan.LatencyCritical || us >= def || lc:
-		return us, fmt.Sprintf("timeslice %v (class %s)", p.plan.Timeslice, p.plan.Class)
-	case set == 0:
-		return 0, ""
+	def := e.defaultSlice()
+	back := func(because string) (uint64, string) {
+		if set == 0 || set == def {
+			return 0, ""
+		}
+		return def, fmt.Sprintf("timeslice %v, the driver's default: %s", e.opts.DefaultTimeslice, because)
 	}
-	return def, fmt.Sprintf("timeslice %v, the driver's default: class %s's %v only while a latency-critical process shares the GPU",
-		e.opts.DefaultTimeslice, p.plan.Class, p.plan.Timeslice)
+	switch {
+	case p.level == sched.LevelObserve || p.level == sched.LevelGate:
+		return back(fmt.Sprintf("no channel control at level %s", p.level))
+	case p.plan.Timeslice <= 0:
+		return back(fmt.Sprintf("class %s sets no timeslice", p.plan.Class))
+	}
+	us := max(uint64(p.plan.Timeslice.Microseconds()), 1)
+	if p.plan.LatencyCritical || us >= def || lc {
+		return us, fmt.Sprintf("timeslice %v (class %s)", p.plan.Timeslice, p.plan.Class)
+	}
+	return back(fmt.Sprintf("class %s's %v only while a latency-critical process shares the GPU", p.plan.Class, p.plan.Timeslice))
 }
 
 // victims returns the processes to hold off gpu while a latency-critical

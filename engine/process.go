@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/gpu-arbiter/arbiter/sched"
@@ -114,7 +115,9 @@ const maxExecs = 1 << 16
 // driver call, so that the table holds CUDA processes only.
 func (e *Engine) exec(ev *trace.Event) {
 	if p := e.procs[ev.PID]; p != nil {
-		// exec replaced the image: a new program, classified anew.
+		// exec replaced the image: a new program, classified anew, which
+		// must not inherit the old one's timeslice.
+		e.unsetSlices(p, "exec replaced the process image")
 		e.remove(p, "exec replaced the process image")
 	}
 	if len(e.execs) >= maxExecs {
@@ -167,7 +170,8 @@ func (e *Engine) remove(p *proc, why string) {
 		gs.procs = slices.DeleteFunc(gs.procs, func(q *proc) bool { return q == p })
 		delete(gs.active, p)
 		if p.plan.LatencyCritical {
-			e.setSlices(g, nil) // the best-effort work left may need its slices back
+			// The best-effort work left may need the default back.
+			e.setSlices(g, func(*proc) bool { return false })
 		}
 	}
 	if p.plan.LatencyCritical {
@@ -231,8 +235,15 @@ func (e *Engine) Reclassify(c Classifier, why string) {
 	if c != nil {
 		e.opts.Classifier = c
 	}
+	// Every plan first, then each GPU's timeslices once: settled as each
+	// process is, they would follow a table half old, half new.
+	e.slicesLater, e.slicesDue = true, map[int]bool{}
 	for _, pid := range e.pids() {
 		e.classify(e.procs[pid], why)
+	}
+	e.slicesLater = false
+	for _, g := range slices.Sorted(maps.Keys(e.slicesDue)) {
+		e.setSlices(g, func(*proc) bool { return true })
 	}
 	if e.armStale {
 		e.arm()
