@@ -39,6 +39,16 @@ type ChannelController interface {
 	Resume(pid uint32, gpu int) error
 }
 
+// TimesliceResetter is a ChannelController that can give a process the
+// driver's default timeslice back and stop keeping one on it: afterwards
+// pid's channel groups on gpu have the driver's default, and those it
+// makes later, and the timeslices it sets itself, are left alone. The
+// engine uses it, where the enforcer has it, instead of setting the
+// default with SetTimeslice, which would keep that.
+type TimesliceResetter interface {
+	ResetTimeslice(pid uint32, gpu int) error
+}
+
 // Gater is the launch gate, the enforcement level for processes whose
 // channels cannot be controlled: it stops the process at its next kernel
 // launch. Work already submitted keeps running to completion, so this is the

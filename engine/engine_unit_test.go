@@ -160,8 +160,8 @@ func TestRequestSpansStages(t *testing.T) {
 // change, and as the engine stops, which gives every process the engine
 // set another timeslice for the driver's back.
 func TestBestEffortSliceBesideLatencyCritical(t *testing.T) {
-	exit := func(t, pid uint32) trace.Event {
-		return trace.Event{Kind: trace.KindExit, PID: pid, TID: pid, Time: uint64(t) * us}
+	exit := func(at, pid uint32) trace.Event {
+		return trace.Event{Kind: trace.KindExit, PID: pid, TID: pid, Time: uint64(at) * us}
 	}
 	evs := []trace.Event{
 		exec(0, 20, "train"), exec(0, 30, "train"), launch(us, 20), launch(2*us, 30),
@@ -277,6 +277,40 @@ func TestSlicesFollowReloadsAndExec(t *testing.T) {
 	step("back again", func() { e.Reclassify(lcIs(30, bePlan), "policy changed back") },
 		"timeslice 10 gpu0 50us", "timeslice 20 gpu0 50us", "timeslice 30 gpu0 16000us")
 	step("10 execs", func() { ev := exec(5*us, 10, "other"); e.Apply(&ev) }, "timeslice 10 gpu0 1024us")
+}
+
+// resetter is an enforcer that can give a timeslice back (engine.TimesliceResetter).
+type resetter struct{ *calls }
+
+func (r resetter) ResetTimeslice(pid uint32, gpu int) error {
+	return r.do(fmt.Sprintf("reset %d gpu%d", pid, gpu))
+}
+
+// TestSliceGivenBackByReset: where the enforcer can reset a timeslice,
+// the driver's default goes back by a reset, not by setting it (which the
+// driver's channel control would then keep on the process), and the
+// engine, keeping nothing, sets the short slice again when it is due.
+func TestSliceGivenBackByReset(t *testing.T) {
+	evs := []trace.Event{
+		exec(0, 20, "train"), launch(us, 20),
+		exec(0, 10, "infer"), launch(1000*us, 10), syncAt(1010*us, 10, 100*us),
+		{Kind: trace.KindExit, PID: 10, TID: 10, Time: 3000 * us},
+		exec(0, 11, "infer"), launch(4000*us, 11), syncAt(4010*us, 11, 100*us),
+	}
+	enf := resetter{&calls{}}
+	opts := engine.Options{Classifier: byComm, IdleGap: 100 * time.Microsecond}
+	e, err := engine.New(&events{evs: evs}, enf, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"timeslice 20 gpu0 50us", "timeslice 10 gpu0 16000us", "reset 20 gpu0",
+		"timeslice 20 gpu0 50us", "timeslice 11 gpu0 16000us", "reset 11 gpu0", "reset 20 gpu0"}
+	if got := only(enf.log, "timeslice", "reset"); !slices.Equal(got, want) {
+		t.Errorf("timeslices\n%q\nwant\n%q", got, want)
+	}
 }
 
 // supported is an enforcer that can only gate some processes.

@@ -100,20 +100,28 @@ func (e *Engine) setSlices(gpu int, fresh func(*proc) bool) {
 	lc := slices.ContainsFunc(gs.procs, func(q *proc) bool { return q.plan.LatencyCritical })
 	for _, q := range gs.procs {
 		i := slices.Index(q.gpus, gpu)
-		us, why := e.wantSlice(q, q.slice[i], lc)
+		us, why, back := e.wantSlice(q, q.slice[i], lc)
 		if us == 0 || (us == q.slice[i] && !fresh(q)) {
 			continue
 		}
-		e.setSlice(q, i, us, why)
+		e.setSlice(q, i, us, back, why)
 	}
 }
 
-// setSlice sets p's timeslice on its i-th GPU and records it.
-func (e *Engine) setSlice(p *proc, i int, us uint64, why string) {
+// setSlice sets p's timeslice on its i-th GPU and records it; back: the
+// driver's default given back, by a reset where the enforcer has one
+// (the engine then keeps none on p there).
+func (e *Engine) setSlice(p *proc, i int, us uint64, back bool, why string) {
 	e.st.Timeslices++
-	err := e.enf.SetTimeslice(p.key.PID, p.gpus[i], us)
+	var err error
+	kept := us
+	if r, ok := e.enf.(TimesliceResetter); ok && back {
+		err, kept = r.ResetTimeslice(p.key.PID, p.gpus[i]), 0
+	} else {
+		err = e.enf.SetTimeslice(p.key.PID, p.gpus[i], us)
+	}
 	if err == nil {
-		p.slice[i] = us
+		p.slice[i] = kept
 	}
 	e.recordEnforce(p, p.gpus[i], ActionTimeslice, why, err)
 }
@@ -129,7 +137,7 @@ func (e *Engine) unsetSlices(p *proc, why string) {
 	def := e.defaultSlice()
 	for i := range p.gpus {
 		if p.slice[i] != 0 && p.slice[i] != def {
-			e.setSlice(p, i, def, fmt.Sprintf("timeslice %v, the driver's default: %s", e.opts.DefaultTimeslice, why))
+			e.setSlice(p, i, def, true, fmt.Sprintf("timeslice %v, the driver's default: %s", e.opts.DefaultTimeslice, why))
 		}
 	}
 }
@@ -137,35 +145,36 @@ func (e *Engine) unsetSlices(p *proc, why string) {
 // defaultSlice is the driver's default timeslice in µs.
 func (e *Engine) defaultSlice() uint64 { return max(uint64(e.opts.DefaultTimeslice.Microseconds()), 1) }
 
-// wantSlice is the timeslice (µs) p should have on a GPU where the
-// engine last set set (0: none), with or without a latency-critical
-// process there (lc), and why; 0: leave the one it has. Its plan's, at a
-// level that sets one; a short slice for work that is not
-// latency-critical only beside latency-critical work, which it is there
-// for to wait at most one of (with none there, it would only switch
+// wantSlice is the timeslice (µs) p should have on a GPU where the engine
+// last set the one given (0: none), with or without a latency-critical
+// process there (lc), why, and whether it is the driver's default given
+// back; 0: leave the one it has. It is the plan's, at a level that sets
+// one, except that a short slice for work that is not latency-critical
+// applies only beside latency-critical work: it is there for that work
+// to wait at most one of it, and with none there it would only switch
 // best-effort processes off the GPU in turn, each switch a save and a
-// load of a context). Where the plan no longer asks for the slice the
+// load of a context. Where the plan no longer asks for the slice the
 // engine set (another level, no timeslice, no latency-critical process
-// left), the driver's default.
-func (e *Engine) wantSlice(p *proc, set uint64, lc bool) (uint64, string) {
+// left), the driver's default goes back.
+func (e *Engine) wantSlice(p *proc, set uint64, lc bool) (us uint64, why string, back bool) {
 	def := e.defaultSlice()
-	back := func(because string) (uint64, string) {
+	giveBack := func(because string) (uint64, string, bool) {
 		if set == 0 || set == def {
-			return 0, ""
+			return 0, "", false
 		}
-		return def, fmt.Sprintf("timeslice %v, the driver's default: %s", e.opts.DefaultTimeslice, because)
+		return def, fmt.Sprintf("timeslice %v, the driver's default: %s", e.opts.DefaultTimeslice, because), true
 	}
 	switch {
 	case p.level == sched.LevelObserve || p.level == sched.LevelGate:
-		return back(fmt.Sprintf("no channel control at level %s", p.level))
+		return giveBack(fmt.Sprintf("no channel control at level %s", p.level))
 	case p.plan.Timeslice <= 0:
-		return back(fmt.Sprintf("class %s sets no timeslice", p.plan.Class))
+		return giveBack(fmt.Sprintf("class %s sets no timeslice", p.plan.Class))
 	}
-	us := max(uint64(p.plan.Timeslice.Microseconds()), 1)
+	us = max(uint64(p.plan.Timeslice.Microseconds()), 1)
 	if p.plan.LatencyCritical || us >= def || lc {
-		return us, fmt.Sprintf("timeslice %v (class %s)", p.plan.Timeslice, p.plan.Class)
+		return us, fmt.Sprintf("timeslice %v (class %s)", p.plan.Timeslice, p.plan.Class), false
 	}
-	return back(fmt.Sprintf("class %s's %v only while a latency-critical process shares the GPU", p.plan.Class, p.plan.Timeslice))
+	return giveBack(fmt.Sprintf("class %s's %v only while a latency-critical process shares the GPU", p.plan.Class, p.plan.Timeslice))
 }
 
 // victims returns the processes to hold off gpu while a latency-critical

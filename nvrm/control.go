@@ -157,6 +157,25 @@ func (c *Controller) SetTimeslice(pid uint32, gpu int, us uint64) error {
 	})
 }
 
+// ResetTimeslice gives pid's channel groups on GPU gpu the driver's
+// default timeslice back (DefaultTimesliceUs) and stops keeping the one
+// SetTimeslice set there: Follow leaves the groups the process makes
+// later, and the timeslices it sets itself, alone again.
+func (c *Controller) ResetTimeslice(pid uint32, gpu int) error {
+	groups, err := c.groups(pid, gpu)
+	if err != nil {
+		return err
+	}
+	c.reg.clearDesiredTimeslice(pid, gpu)
+	return c.onGroups(pid, groups, func(f *rmFile, g Group) error {
+		if err := f.setTimeslice(g, DefaultTimesliceUs); err != nil {
+			return err
+		}
+		c.reg.setGroup(pid, g, func(o *object) { o.Timeslice, o.TimesliceBy = DefaultTimesliceUs, "arbiter" })
+		return nil
+	})
+}
+
 // Timeslice reads the timeslice of each of pid's channel groups on GPU gpu
 // (GET_TIMESLICE: the last value set, not the hardware's rounding).
 func (c *Controller) Timeslice(pid uint32, gpu int) (map[uint32]uint64, error) {

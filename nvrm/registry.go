@@ -500,6 +500,20 @@ func (r *Registry) setDesiredTimeslice(pid uint32, gpu int, us uint64) {
 	}
 }
 
+// clearDesiredTimeslice stops keeping a timeslice on pid's groups of GPU
+// gpu (of every GPU where gpu < 0).
+func (r *Registry) clearDesiredTimeslice(pid uint32, gpu int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.procs[pid]; p != nil {
+		if gpu < 0 {
+			p.desiredTimeslice = nil
+			return
+		}
+		delete(p.desiredTimeslice, gpu)
+	}
+}
+
 // desiredTimeslice returns the timeslice Arbiter keeps on pid's groups of
 // GPU gpu, if any.
 func (r *Registry) desiredTimeslice(pid uint32, gpu uint32) (uint64, bool) {

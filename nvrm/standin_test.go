@@ -282,6 +282,31 @@ func TestStandinEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("reset gives the default back and keeps nothing", func(t *testing.T) {
+		if err := ctrl.ResetTimeslice(s.pid, 0); err != nil {
+			t.Fatal(err)
+		}
+		got := readEvents(t, tr, 2, self)
+		for i, h := range []uint32{rmstandin.GroupGR, rmstandin.GroupCE} {
+			if got[i].RM.Object != h || got[i].RM.Cmd != uint32(CtrlSetTimeslice) || got[i].RM.Value != DefaultTimesliceUs {
+				t.Errorf("reset %d: %+v", i, got[i])
+			}
+		}
+		if us, ok := reg.desiredTimeslice(s.pid, 0); ok {
+			t.Fatalf("GPU 0 still keeps %d µs", us)
+		}
+		// The process's own timeslice now stands: nothing re-applied.
+		s.send(t, "timeslice 3000")
+		own := readEvents(t, tr, 1, s.pid)
+		ch := reg.Apply(&own[0])
+		if err := ctrl.Follow(ch); err != nil {
+			t.Fatal(err)
+		}
+		if g, _ := reg.Groups(s.pid, 0); g[0].Timeslice != 3000 || g[0].TimesliceBy != "process" {
+			t.Fatalf("after the process's own set: %+v", g[0])
+		}
+	})
+
 	t.Run("suspend survives a restart and is resumed", func(t *testing.T) {
 		if err := ctrl.Suspend(s.pid, 0); err != nil {
 			t.Fatal(err)

@@ -68,7 +68,8 @@ const (
 	// LevelObserve takes no action.
 	LevelObserve Level = iota
 	// LevelTimeslice sets channel-group timeslices and interleave levels
-	// once, at registration.
+	// when a process is classified (a short best-effort timeslice only
+	// while latency-critical work shares the GPU).
 	LevelTimeslice
 	// LevelSuspend takes best-effort channel groups off a GPU while a
 	// latency-critical request is active on it.

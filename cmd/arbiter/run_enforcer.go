@@ -57,6 +57,15 @@ func (l *liveEnforcer) SetTimeslice(pid uint32, gpu int, us uint64) error {
 	return c.SetTimeslice(pid, gpu, us)
 }
 
+// ResetTimeslice implements engine.TimesliceResetter.
+func (l *liveEnforcer) ResetTimeslice(pid uint32, gpu int) error {
+	c, err := l.channels()
+	if err != nil {
+		return err
+	}
+	return c.ResetTimeslice(pid, gpu)
+}
+
 // SetInterleave implements engine.ChannelController.
 func (l *liveEnforcer) SetInterleave(pid uint32, level sched.Interleave) error {
 	c, err := l.channels()
