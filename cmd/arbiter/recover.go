@@ -269,7 +269,7 @@ func (o *recoverOptions) run(stdout io.Writer) error {
 func (o *recoverOptions) warnNothingThere(rep *recoverReport) {
 	if o.givenStateDir {
 		if _, err := os.Stat(o.stateDir); err != nil {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("--state-dir %s: %v: nothing looked at there (the daemon's --state-dir?)", o.stateDir, errors.Unwrap(err)))
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("--state-dir %s: %v: no daemon kept state there yet (if one ran, is this its --state-dir?)", o.stateDir, errors.Unwrap(err)))
 		}
 	}
 	if !o.givenBPFFS {
@@ -289,11 +289,11 @@ func (o *recoverOptions) warnNothingThere(rep *recoverReport) {
 			at = parent
 			continue
 		}
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("--bpffs %s: %v: nothing looked at there (the daemon's --bpffs?)", o.bpffs, err))
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("--bpffs %s: %v: nothing looked at there (if a daemon ran, is this its --bpffs?)", o.bpffs, err))
 		return
 	}
 	if st.Type != unix.BPF_FS_MAGIC {
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("--bpffs %s: not on a BPF filesystem (%s is not), so nothing was pinned there (the daemon's --bpffs?)", o.bpffs, at))
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("--bpffs %s: not on a BPF filesystem (%s is not): no daemon pinned anything there yet (if one ran, is this its --bpffs?)", o.bpffs, at))
 	}
 }
 

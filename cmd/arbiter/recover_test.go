@@ -71,7 +71,7 @@ func TestRecoverNothingThere(t *testing.T) {
 	plain := t.TempDir()
 	code, out := runMain(t, "recover", "--bpffs", plain, "--state-dir", missing)
 	for _, want := range []string{
-		"warning: --state-dir " + missing + ": no such file or directory: nothing looked at there (the daemon's --state-dir?)",
+		"warning: --state-dir " + missing + ": no such file or directory: no daemon kept state there yet (if one ran, is this its --state-dir?)",
 		"warning: --bpffs " + plain + ": not on a BPF filesystem (" + plain + " is not)",
 		"nothing to recover",
 	} {

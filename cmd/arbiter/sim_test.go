@@ -75,7 +75,7 @@ func TestSimCommandErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--workload", bad}, "bad.yaml:5: be[0].kernel: -3ms: a duration must be positive"},
+		{[]string{"--workload", bad}, "bad.yaml:5: be[0].kernel: -3ms: a duration must not be negative"},
 		{[]string{"--workload", spec, "--baselines", "nope"}, `unknown baseline "nope"`},
 		{[]string{"--workload", spec, "--baselines", "exclusive,timeslice,exclusive"}, `--baselines: baseline "exclusive" given twice`},
 		{[]string{"--workload", spec, "--policy", badPolicy}, "p.rego:3:"},
@@ -410,12 +410,6 @@ func TestSimArbiterBaselineNamed(t *testing.T) {
 	}
 }
 
-// TestSimPolicyClassMismatch: before the run, --policy says which spec
-// workloads the policy puts in another kind of class than the spec does
-// (an LC workload without the labels the policy reads, a BE workload
-// labelled latency-critical), with the policy's reason and what to add;
-// a workload the policy classes as the spec does gets no word, and every
-// shipped example labels its LC workloads for the default policy.
 // TestSimDocSpec: the spec docs/simulator.md shows, every field in it,
 // runs as shown (its replay file where the examples keep it).
 func TestSimDocSpec(t *testing.T) {
@@ -524,6 +518,12 @@ be:
 	}
 }
 
+// TestSimPolicyClassMismatch: before the run, --policy says which spec
+// workloads the policy puts in another kind of class than the spec does
+// (an LC workload without the labels the policy reads, a BE workload
+// labelled latency-critical), with the policy's reason and what to add;
+// a workload the policy classes as the spec does gets no word, and every
+// shipped example labels its LC workloads for the default policy.
 func TestSimPolicyClassMismatch(t *testing.T) {
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "mixed.yaml")

@@ -346,6 +346,41 @@ func TestTimelineSaveShows(t *testing.T) {
 	}
 }
 
+// TestTimelineCloseUnits: two save-and-switch pairs 3.5 px apart would,
+// widened side by side (3 px each), leave under tlMarkW of the run
+// between them: they are not widened, and the run shows.
+func TestTimelineCloseUnits(t *testing.T) {
+	const window = 70_000_000
+	px := uint64(window / tlPlotW) // ns a pixel
+	second := 10_000_000 + 7*px/2
+	r := &Report{GPUs: 1, Baselines: []Baseline{{Name: "priority", Timeline: []sim.Segment{
+		{GPU: 0, PID: 1, Kind: sim.SegmentRun, Start: 0, End: 10_000_000},
+		{GPU: 0, Kind: sim.SegmentPreempt, Start: 10_000_000, End: 10_030_000},
+		{GPU: 0, PID: 2, Kind: sim.SegmentSwitch, Start: 10_030_000, End: 10_050_000},
+		{GPU: 0, PID: 2, Kind: sim.SegmentRun, Start: 10_050_000, End: second},
+		{GPU: 0, Kind: sim.SegmentPreempt, Start: second, End: second + 30_000},
+		{GPU: 0, PID: 1, Kind: sim.SegmentSwitch, Start: second + 30_000, End: second + 50_000},
+		{GPU: 0, PID: 1, Kind: sim.SegmentRun, Start: second + 50_000, End: window},
+	}}}}
+	var b bytes.Buffer
+	if err := r.WriteTimeline(&b, window); err != nil {
+		t.Fatal(err)
+	}
+	var marks float64
+	for _, line := range strings.Split(b.String(), "\n") {
+		var x, y, w float64
+		if _, err := fmt.Sscanf(line, `<rect x="%g" y="%g" width="%g"`, &x, &y, &w); err != nil {
+			continue
+		}
+		if strings.Contains(line, "save") || strings.Contains(line, "switch") {
+			marks += w
+		}
+	}
+	if marks > 2 {
+		t.Errorf("the two pairs' marks cover %.2f px: widened over the %.1f px of run between them", marks, 3.5-0.5)
+	}
+}
+
 // TestTimelineDenseMarks: switches closer together than the least width
 // a mark is drawn with are not widened, so that the runs between them
 // still show (a BE timeslice of 50 µs in a window of 50 ms is under a

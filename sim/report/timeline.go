@@ -113,10 +113,20 @@ func (r *Report) WriteTimeline(w io.Writer, window uint64) error {
 			}
 			col := pixelMarks{col: -1}
 			units := touching(marks)
+			// Where each unit's marks would end, widened: a unit stands
+			// apart where at least tlMarkW of run would show between it,
+			// so drawn, and its neighbours.
+			widened := make([]float64, len(units))
 			for u, unit := range units {
-				first, last := unit[0], unit[len(unit)-1]
-				apart := (u == 0 || x(first.Start)-x(units[u-1][len(units[u-1])-1].End) >= 2*tlMarkW) &&
-					(u == len(units)-1 || x(units[u+1][0].Start)-x(last.End) >= 2*tlMarkW)
+				widened[u] = x(unit[0].Start)
+				for _, seg := range unit {
+					widened[u] += max(x(seg.End)-x(seg.Start), tlMarkW)
+				}
+			}
+			for u, unit := range units {
+				first := unit[0]
+				apart := (u == 0 || x(first.Start)-widened[u-1] >= tlMarkW) &&
+					(u == len(units)-1 || x(units[u+1][0].Start)-widened[u] >= tlMarkW)
 				at := x(first.Start)
 				for _, seg := range unit {
 					fill, title := switchColour, "context switch to "+nameOf(bl.b, seg.PID)

@@ -209,6 +209,9 @@ type Dist struct {
 	CV   float64  `json:"cv,omitempty"`
 	Min  Duration `json:"min,omitempty"`
 	Max  Duration `json:"max,omitempty"`
+	// bare is set where the spec gave a duration alone ("5ms"), for
+	// messages to quote it as written.
+	bare bool
 }
 
 // UnmarshalJSON accepts the string shorthand or the object form.
@@ -218,7 +221,7 @@ func (d *Dist) UnmarshalJSON(b []byte) error {
 		if err := v.UnmarshalJSON(b); err != nil {
 			return err
 		}
-		*d = Dist{Dist: "const", Mean: v}
+		*d = Dist{Dist: "const", Mean: v, bare: true}
 		return nil
 	}
 	type plain Dist

@@ -338,10 +338,10 @@ func (d *Dist) validate(path string, positive bool) *FieldError {
 	}{{"mean", d.Mean}, {"min", d.Min}, {"max", d.Max}} {
 		switch {
 		case f.v >= 0:
-		case d.Dist == "const": // a bare duration, or one said to be constant
-			return fieldErr(path, "%v: a duration must be positive", time.Duration(f.v))
+		case d.bare:
+			return fieldErr(path, "%v: a duration must not be negative", time.Duration(f.v))
 		default:
-			return fieldErr(path+"."+f.name, "%v: a duration must be positive", time.Duration(f.v))
+			return fieldErr(path+"."+f.name, "%v: a duration must not be negative", time.Duration(f.v))
 		}
 	}
 	if d.Dist == "uniform" {
@@ -353,7 +353,7 @@ func (d *Dist) validate(path string, positive bool) *FieldError {
 		}
 	} else {
 		switch {
-		case positive && d.Mean == 0 && d.Dist == "const":
+		case positive && d.Mean == 0 && d.bare:
 			return fieldErr(path, "0s: a duration here must be positive")
 		case positive && d.Mean == 0:
 			return fieldErr(path+".mean", "required and must be positive")
