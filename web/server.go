@@ -266,6 +266,22 @@ func (s *Server) ServeTCP(addr string, opts *TCPOptions) error {
 	return s.serve(l, o.TLS)
 }
 
+// ServeTCPListener is ServeTCP on a listener the caller opened on the
+// address, so that an address in use or not on this host is refused
+// before anything else is done; it refuses what ServeTCP refuses, and
+// closes the listener then.
+func (s *Server) ServeTCPListener(l net.Listener, opts *TCPOptions) error {
+	if err := CheckTCP(l.Addr().String(), opts); err != nil {
+		l.Close()
+		return err
+	}
+	var o TCPOptions
+	if opts != nil {
+		o = *opts
+	}
+	return s.serve(l, o.TLS)
+}
+
 // Serve serves plain HTTP on a listener the caller made, until Shutdown.
 // It does not look at the listener's address: for TCP prefer ServeTCP,
 // which refuses to send the token in clear off loopback.

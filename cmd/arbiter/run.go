@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -184,6 +185,8 @@ type daemon struct {
 	tracer     *uprobe.Tracer
 	policy     *livePolicy
 	eng        *engine.Engine
+	// apiLn is the API's TCP listener, opened before anything else.
+	apiLn net.Listener
 }
 
 // kubeClient is the API server source, on when the node name is known.
@@ -274,8 +277,12 @@ func (d *daemon) run(ctx context.Context) (err error) {
 			return fmt.Errorf("serve --listen over TLS (--tls-cert, --tls-key): %w", err)
 		}
 	}
-	// And an address the API would refuse (plain HTTP off loopback).
+	// And an address the API would refuse (plain HTTP off loopback), or
+	// cannot have (in use, not on this host): the listener is opened now.
 	if err := web.CheckTCP(d.cfg.Listen, &web.TCPOptions{TLS: d.tls, Plain: d.cfg.ListenPlain}); err != nil {
+		return listenError(d.cfg.Listen, err)
+	}
+	if d.apiLn, err = net.Listen("tcp", d.cfg.Listen); err != nil {
 		return listenError(d.cfg.Listen, err)
 	}
 	if err := nvrm.MountBPFFS(d.cfg.BPFFS); err != nil {
@@ -458,6 +465,9 @@ func (d *daemon) watchdog(ctx context.Context) {
 // the keeper resumes every group still suspended.
 func (d *daemon) close() error {
 	var errs []error
+	if d.apiLn != nil {
+		d.apiLn.Close() // closed already where the API served on it
+	}
 	if d.tracer != nil {
 		errs = append(errs, d.tracer.Close())
 	}

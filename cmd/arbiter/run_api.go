@@ -72,7 +72,7 @@ func (d *daemon) serveAPI(node *nodeInfo) (*apiServer, error) {
 	if tcp.Plain {
 		d.log.Warn().Str("listen", d.cfg.Listen).Msg("--listen-plain: serving plain HTTP; policy changes send the API token in clear")
 	}
-	go a.run(func() error { return listenError(d.cfg.Listen, srv.ServeTCP(d.cfg.Listen, tcp)) })
+	go a.run(func() error { return listenError(d.cfg.Listen, srv.ServeTCPListener(d.apiLn, tcp)) })
 	go a.run(func() error {
 		if err := srv.ServeUnix(d.cfg.Socket); err != nil {
 			return fmt.Errorf("serve the API socket %s (--socket): %w", d.cfg.Socket, err)

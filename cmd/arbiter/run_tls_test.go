@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,8 +70,9 @@ func TestDaemonServesTLS(t *testing.T) {
 
 // TestRunTLSRefused: a TLS file that is missing or wrong, a certificate
 // without its key, TLS together with --listen-plain, and plain HTTP off
-// loopback each keep the daemon from starting, with an error that names
-// the file or the flags and the fix, before it pins or writes anything.
+// loopback, and an address in use, each keep the daemon from starting,
+// with an error that names the file or the flags and the fix, before it
+// pins or writes anything.
 func TestRunTLSRefused(t *testing.T) {
 	node := newRecoverNode(t)
 	pol := policyDir(t, map[string]string{"p.rego": testPolicy})
@@ -82,11 +84,18 @@ func TestRunTLSRefused(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
 	for _, c := range []struct {
 		name string
 		args []string
 		want []string
 	}{
+		{"address in use", []string{"--listen", busy.Addr().String()},
+			[]string{"serve the API on " + busy.Addr().String() + " (--listen)", "address already in use"}},
 		{"missing certificate", []string{"--tls-cert", missing, "--tls-key", key},
 			[]string{"--tls-cert", "TLS certificate " + missing, "no such file or directory"}},
 		{"missing key", []string{"--tls-cert", cert, "--tls-key", missing},
