@@ -105,6 +105,13 @@ var byComm = engine.ClassifierFunc(func(p engine.ProcessInfo) (sched.Plan, strin
 func run(t *testing.T, evs []trace.Event, opts engine.Options) (*engine.Engine, *calls) {
 	t.Helper()
 	enf := &calls{}
+	return runWith(t, evs, enf, opts), enf
+}
+
+// runWith runs an engine over evs to their end, enforcing through enf
+// (classified byComm unless opts says otherwise).
+func runWith(t *testing.T, evs []trace.Event, enf engine.Enforcer, opts engine.Options) *engine.Engine {
+	t.Helper()
 	if opts.Classifier == nil {
 		opts.Classifier = byComm
 	}
@@ -115,7 +122,7 @@ func run(t *testing.T, evs []trace.Event, opts engine.Options) (*engine.Engine, 
 	if err := e.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return e, enf
+	return e
 }
 
 func proc(t *testing.T, s *engine.Snapshot, pid uint32) engine.ProcessView {
@@ -200,14 +207,7 @@ func TestBestEffortSliceBesideLatencyCritical(t *testing.T) {
 			if c.fail != "" {
 				enf.fail[c.fail] = errors.New("refused")
 			}
-			opts := engine.Options{Classifier: classify, IdleGap: 100 * time.Microsecond, DefaultTimeslice: c.def}
-			e, err := engine.New(&events{evs: evs}, enf, &opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Run(t.Context()); err != nil {
-				t.Fatal(err)
-			}
+			e := runWith(t, evs, enf, engine.Options{Classifier: classify, IdleGap: 100 * time.Microsecond, DefaultTimeslice: c.def})
 			var got []string
 			for _, l := range enf.log {
 				if strings.HasPrefix(l, "timeslice ") {
@@ -298,14 +298,7 @@ func TestSliceGivenBackByReset(t *testing.T) {
 		exec(0, 11, "infer"), launch(4000*us, 11), syncAt(4010*us, 11, 100*us),
 	}
 	enf := resetter{&calls{}}
-	opts := engine.Options{Classifier: byComm, IdleGap: 100 * time.Microsecond}
-	e, err := engine.New(&events{evs: evs}, enf, &opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Run(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	runWith(t, evs, enf, engine.Options{IdleGap: 100 * time.Microsecond})
 	want := []string{"timeslice 20 gpu0 50us", "timeslice 10 gpu0 16000us", "reset 20 gpu0",
 		"timeslice 20 gpu0 50us", "timeslice 11 gpu0 16000us", "reset 11 gpu0", "reset 20 gpu0"}
 	if got := only(enf.log, "timeslice", "reset"); !slices.Equal(got, want) {
