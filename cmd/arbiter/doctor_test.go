@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,18 +36,7 @@ func doctorRun(t *testing.T, pre []string, args ...string) (int, string, string)
 	if len(pre) > 0 {
 		argv[len(pre)] = privateCopy(t)
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "ARBITER_TEST_MAIN=1")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode(), stdout.String(), stderr.String()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return 0, stdout.String(), stderr.String()
+	return runArgv(t, argv...)
 }
 
 // privateCopy copies the test binary where an unprivileged user can run

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -146,18 +144,8 @@ func TestRootErrors(t *testing.T) {
 func TestJSONErrors(t *testing.T) {
 	run := func(args ...string) (stdout, stderr string, code int) {
 		t.Helper()
-		cmd := exec.Command(os.Args[0], args...)
-		cmd.Env = append(os.Environ(), "ARBITER_TEST_MAIN=1")
-		var o, e bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return o.String(), e.String(), code
+		code, stdout, stderr = runArgv(t, append([]string{os.Args[0]}, args...)...)
+		return stdout, stderr, code
 	}
 	missing := filepath.Join(t.TempDir(), "missing.yaml")
 	for _, c := range []struct {

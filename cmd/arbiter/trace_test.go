@@ -340,6 +340,25 @@ func runMain(t *testing.T, args ...string) (int, string) {
 	return 0, string(out)
 }
 
+// runArgv runs argv, whose command is the test binary re-executed into
+// main (or one that runs it, as setpriv does), and returns its exit
+// status, stdout and stderr apart.
+func runArgv(t *testing.T, argv ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "ARBITER_TEST_MAIN=1")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), stdout.String(), stderr.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, stdout.String(), stderr.String()
+}
+
 func TestTraceRecordThenReplay(t *testing.T) {
 	src := writeReplay(t, replayEvents())
 	rec := filepath.Join(t.TempDir(), "filtered.arbt")
