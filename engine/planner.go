@@ -166,7 +166,7 @@ func (e *Engine) wantSlice(p *proc, set uint64, lc bool) (us uint64, why string,
 	}
 	switch {
 	case p.level == sched.LevelObserve || p.level == sched.LevelGate:
-		return giveBack(fmt.Sprintf("no channel control at level %s", p.level))
+		return giveBack(fmt.Sprintf("level %s sets no timeslice", p.level))
 	case p.plan.Timeslice <= 0:
 		return giveBack(fmt.Sprintf("class %s sets no timeslice", p.plan.Class))
 	}
