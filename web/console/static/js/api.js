@@ -108,7 +108,7 @@ export class Store {
     const [status, procs, decisions, preemptions, classes, gpus] = await Promise.all(
       ['/status', '/processes', '/decisions', '/preemptions', '/classes', '/gpus'].map((p) => get(p)));
     for (const d of list(decisions, 'decisions')) this.addDecision(d, false);
-    this.mergePreemptions(list(preemptions, 'preemptions'));
+    this.mergePreemptions(list(preemptions, 'decisions'));
     if (seq !== this.seq) {
       this.emit('decision', null); // the stream's state is newer; the log is not
       return;

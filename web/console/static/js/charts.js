@@ -39,7 +39,7 @@ export class Charts {
   async fetchPreemptions() {
     try {
       const doc = await get('/preemptions');
-      this.store.mergePreemptions(list(doc, 'preemptions'));
+      this.store.mergePreemptions(list(doc, 'decisions'));
       this.timeline();
     } catch (e) {
       console.warn('console:', e.message);
