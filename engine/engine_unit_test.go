@@ -279,6 +279,57 @@ func TestSlicesFollowReloadsAndExec(t *testing.T) {
 	step("10 execs", func() { ev := exec(5*us, 10, "other"); e.Apply(&ev) }, "timeslice 10 gpu0 1024us")
 }
 
+// TestClassPlanFollowsReload: a reload that tightens or loosens a class's
+// objective changes the class's at once, not only when a member joins,
+// and a member leaving takes its stricter objective with it.
+func TestClassPlanFollowsReload(t *testing.T) {
+	target := func(ms map[uint32]time.Duration) engine.ClassifierFunc {
+		return func(p engine.ProcessInfo) (sched.Plan, string, error) {
+			pl := lcPlan
+			if d, ok := ms[p.Key.PID]; ok {
+				pl.LatencyTarget = d
+			}
+			return pl, "latency-critical", nil
+		}
+	}
+	evs := []trace.Event{launch(us, 10), launch(2*us, 11)}
+	opts := engine.Options{Classifier: target(nil), IdleGap: 100 * time.Microsecond}
+	e, err := engine.New(&events{evs: evs}, &calls{}, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range evs {
+		e.Apply(&evs[i])
+	}
+	classTarget := func() time.Duration {
+		t.Helper()
+		e.Reclassify(nil, "publish")
+		for _, c := range e.Snapshot().Classes {
+			if c.Name == lcPlan.Class {
+				return c.Latency.Target
+			}
+		}
+		t.Fatal("no latency-critical class")
+		return 0
+	}
+	if got := classTarget(); got != lcPlan.LatencyTarget {
+		t.Fatalf("class target %v, want the plans' %v", got, lcPlan.LatencyTarget)
+	}
+	e.Reclassify(target(map[uint32]time.Duration{10: 3 * time.Millisecond, 11: 3 * time.Millisecond}), "tightened")
+	if got := classTarget(); got != 3*time.Millisecond {
+		t.Errorf("after a reload to 3ms: class target %v", got)
+	}
+	e.Reclassify(target(map[uint32]time.Duration{11: 5 * time.Millisecond}), "loosened")
+	if got := classTarget(); got != 5*time.Millisecond {
+		t.Errorf("after a reload to 100ms and 5ms: class target %v, want the stricter 5ms", got)
+	}
+	exit := trace.Event{Kind: trace.KindExit, PID: 11, TID: 11, Time: 3 * us}
+	e.Apply(&exit)
+	if got := classTarget(); got != lcPlan.LatencyTarget {
+		t.Errorf("after the 5ms member left: class target %v, want %v", got, lcPlan.LatencyTarget)
+	}
+}
+
 // resetter is an enforcer that can give a timeslice back (engine.TimesliceResetter).
 type resetter struct{ *calls }
 

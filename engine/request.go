@@ -340,11 +340,11 @@ func (e *Engine) retire(c *class) {
 	e.idleSeq = append(e.idleSeq, c.name)
 }
 
-// setClass moves p into c (nil: out of every class), merging its
-// objective into the class's: the shortest target, the highest
-// percentile and the longest window of its members.
+// setClass moves p into c (nil: out of every class), and gives the
+// classes it left and joined the plans their members make (mergePlans).
 func (e *Engine) setClass(p *proc, c *class) {
-	if old := p.cls; old != nil && old != c {
+	old := p.cls
+	if old != nil && old != c {
 		old.members--
 		if old.members == 0 {
 			if old.quota != nil {
@@ -354,15 +354,43 @@ func (e *Engine) setClass(p *proc, c *class) {
 			delete(e.cls, old.name)
 		}
 	}
-	if c == nil || p.cls == c {
-		p.cls = c
-		e.quotaFor(c)
-		return
+	if c != nil && old != c {
+		c.members++
 	}
 	p.cls = c
-	c.members++
-	if c.members > 1 {
-		pp := p.plan
+	// The classes' plans follow their members' as they are now: a reload
+	// that loosens or tightens an objective changes the class's at once,
+	// and one member leaving takes its objective with it.
+	if old != nil && old != c && old.members > 0 {
+		e.mergePlans(old)
+	}
+	if c != nil {
+		e.mergePlans(c)
+	}
+	e.quotaFor(c)
+}
+
+// mergePlans sets c's plan from its members' (in pid order, the first's
+// fields where they are not merged): the strictest objective (the
+// shortest latency target, the highest percentile, the longest window),
+// latency-critical if any member is, the highest priority, the smallest
+// GPU share.
+func (e *Engine) mergePlans(c *class) {
+	var base *proc
+	for _, q := range e.procs {
+		if q.cls == c && (base == nil || q.key.PID < base.key.PID) {
+			base = q
+		}
+	}
+	if base == nil {
+		return
+	}
+	c.plan = base.plan
+	for _, q := range e.procs {
+		pp := q.plan
+		if q.cls != c || q == base {
+			continue
+		}
 		if pp.HasSLO && (!c.plan.HasSLO || pp.LatencyTarget < c.plan.LatencyTarget) {
 			c.plan.LatencyTarget = pp.LatencyTarget
 		}
@@ -375,7 +403,6 @@ func (e *Engine) setClass(p *proc, c *class) {
 		c.plan.Priority = max(c.plan.Priority, pp.Priority)
 		c.plan.MaxGPUShare = math.Min(c.plan.MaxGPUShare, pp.MaxGPUShare)
 	}
-	e.quotaFor(c)
 }
 
 // escalated reports whether p's requests preempt best-effort work now.
