@@ -108,6 +108,11 @@ func (s *Server) getProcesses(c echo.Context) error {
 	if err := onlyParams(q, "class", "state"); err != nil {
 		return err
 	}
+	for _, k := range []string{"class", "state"} {
+		if q.Has(k) && q.Get(k) == "" {
+			return errorf(http.StatusBadRequest, "%s: empty: give a value, or leave the parameter out for every process", k)
+		}
+	}
 	state := q.Get("state")
 	if state != "" && state != "running" && state != "suspended" && state != "gated" {
 		return errorf(http.StatusBadRequest, "state %q: want running, suspended or gated", state)

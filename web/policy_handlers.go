@@ -62,7 +62,7 @@ type PolicyView struct {
 }
 
 func (s *Server) getPolicy(c echo.Context) error {
-	if err := s.policyService(); err != nil {
+	if err := s.policyService(c); err != nil {
 		return err
 	}
 	v := PolicyView{PolicyStatus: s.opts.Policy.Status()}
@@ -82,7 +82,7 @@ func (s *Server) getPolicy(c echo.Context) error {
 }
 
 func (s *Server) getPolicyHistory(c echo.Context) error {
-	if err := s.policyService(); err != nil {
+	if err := s.policyService(c); err != nil {
 		return err
 	}
 	h := s.opts.Policy.History()
@@ -165,7 +165,7 @@ func (s *Server) applyPolicy(c echo.Context) error {
 }
 
 func (s *Server) rollbackPolicy(c echo.Context) error {
-	if err := s.policyService(); err != nil {
+	if err := s.policyService(c); err != nil {
 		return err
 	}
 	var rev string
@@ -186,16 +186,18 @@ func (s *Server) rollbackPolicy(c echo.Context) error {
 	return c.JSON(http.StatusOK, AppliedResult{Revision: now})
 }
 
-func (s *Server) policyService() error {
+// policyService checks that the daemon has a policy service, and that
+// the request names no query parameter: the policy endpoints take none.
+func (s *Server) policyService(c echo.Context) error {
 	if s.opts.Policy == nil {
 		return errorf(http.StatusServiceUnavailable, "policy endpoints unavailable: the daemon runs without a policy directory")
 	}
-	return nil
+	return onlyParams(c.QueryParams())
 }
 
 // policyBody checks the service and reads a policy request.
 func (s *Server) policyBody(c echo.Context) (PolicyFiles, error) {
-	if err := s.policyService(); err != nil {
+	if err := s.policyService(c); err != nil {
 		return nil, err
 	}
 	b, err := readBody(c)
