@@ -235,6 +235,15 @@ func TestPolicyEndpoints(t *testing.T) {
 	if now := f.pol.Status(); now.Revision != before.Revision || len(now.Diagnostics) != 1 {
 		t.Errorf("policy after a refused apply: %+v", now)
 	}
+	// Two failing tests: the message counts them and names the first.
+	twice := clone(failing)
+	twice["policy_test.rego"] = append(twice["policy_test.rego"], []byte("\ntest_fails_too if {\n\t1 == 3\n}\n")...)
+	w = f.do("POST", "/api/v1/policy/dry-run", policyBody(t, twice))
+	e = decode[apiError](t, w.Body.Bytes())
+	if w.Code != 422 || !strings.Contains(e.Error, "refused: 2 problems, the first policy_test.rego:") || strings.Contains(e.Error, "errors:;") ||
+		len(e.Details) != 2 {
+		t.Errorf("dry-run failing twice: %d %s", w.Code, w.Body)
+	}
 
 	// A policy that does not compile: diagnostics with file:row:col.
 	broken := clone(good)

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -216,7 +217,7 @@ func policyError(err error, what string) error {
 	var pe *policy.Error
 	switch {
 	case errors.As(err, &pe):
-		he := errorf(http.StatusUnprocessableEntity, "policy %s refused: %s; the policy in force is unchanged", what, firstLine(pe.Error()))
+		he := errorf(http.StatusUnprocessableEntity, "policy %s refused: %s; the policy in force is unchanged", what, policyProblems(pe))
 		for _, d := range pe.Diagnostics {
 			he.details = append(he.details, d.String())
 		}
@@ -229,6 +230,19 @@ func policyError(err error, what string) error {
 		return errorf(http.StatusGatewayTimeout, "policy %s took longer than %s", what, policyTimeout)
 	}
 	return err
+}
+
+// policyProblems says what is wrong with a refused policy in a line: its
+// one problem, or how many and the first (details lists each).
+func policyProblems(pe *policy.Error) string {
+	switch n := len(pe.Diagnostics); n {
+	case 0:
+		return firstLine(pe.Error())
+	case 1:
+		return pe.Diagnostics[0].String()
+	default:
+		return fmt.Sprintf("%d problems, the first %s (details lists them all)", n, pe.Diagnostics[0].String())
+	}
 }
 
 func firstLine(s string) string {
