@@ -44,6 +44,10 @@ type proc struct {
 	comm   string
 	cgroup uint64
 	plan   sched.Plan
+	// given is the plan as the classifier gave it, for its class's
+	// (mergePlans): a GPU share of 0 there holds the class for good,
+	// where plan's 0 (none given) reads as no quota.
+	given  sched.Plan
 	reason string
 	// fallback: why the policy's decision was not used ("" when it was).
 	fallback string
@@ -196,7 +200,7 @@ func (e *Engine) classify(p *proc, why string) {
 	plan, reason, err := e.opts.Classifier.Classify(ProcessInfo{Key: p.key, Comm: p.comm, Cgroup: p.cgroup, GPUs: p.gpus})
 	old := p.plan
 	had := p.cls != nil
-	p.plan, p.reason, p.fallback = plan, reason, ""
+	p.plan, p.given, p.reason, p.fallback = plan, plan, reason, ""
 	if p.plan.MaxGPUShare <= 0 || p.plan.MaxGPUShare > 1 {
 		p.plan.MaxGPUShare = 1
 	}

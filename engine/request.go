@@ -385,9 +385,9 @@ func (e *Engine) mergePlans(c *class) {
 	if base == nil {
 		return
 	}
-	c.plan = base.plan
+	c.plan = base.given
 	for _, q := range e.procs {
-		pp := q.plan
+		pp := q.given
 		if q.cls != c || q == base {
 			continue
 		}
