@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -48,6 +49,26 @@ func crossOrigin(next http.Handler) http.Handler {
 		writeError(w, http.StatusForbidden, "cross-origin request refused: the API accepts changes only from its own origin or from non-browser clients", nil)
 	}))
 	return cop.Handler(next)
+}
+
+// localHost answers, on a plain HTTP listener on a loopback address,
+// only requests whose Host is localhost or an IP address. Reads need no
+// token there (reaching the address is the permission), and a page on
+// another site could reach it by DNS rebinding: pointing a name of its
+// own at 127.0.0.1, its scripts would read the API under that name.
+func localHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+		if host != "localhost" && net.ParseIP(host) == nil {
+			writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("Host %q: the API on a loopback address answers to localhost or an IP address only", r.Host), nil)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // writeError writes the API's error body outside echo.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -198,6 +200,45 @@ func TestServeTCPNeedsTLSOffLoopback(t *testing.T) {
 			if err := f.s.ServeTCP(addr, opts); !errors.Is(err, ErrPlainOffLoopback) || !strings.Contains(err.Error(), "in clear") {
 				t.Errorf("%s: %v", addr, err)
 			}
+		}
+	}
+}
+
+// TestLoopbackAnswersLocalHostOnly: plain HTTP on a loopback address,
+// where reads need no token, answers only to localhost or an IP address
+// in Host, so that a page elsewhere cannot read it through a name of its
+// own pointed at 127.0.0.1 (DNS rebinding).
+func TestLoopbackAnswersLocalHostOnly(t *testing.T) {
+	f := newFixture(t, 1, Limits{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- f.s.ServeTCPListener(l, nil) }()
+	t.Cleanup(func() {
+		_ = f.s.Shutdown(context.Background())
+		<-errc
+	})
+	port := l.Addr().(*net.TCPAddr).Port
+	for host, want := range map[string]int{
+		fmt.Sprintf("localhost:%d", port):        200,
+		fmt.Sprintf("127.0.0.1:%d", port):        200,
+		fmt.Sprintf("[::1]:%d", port):            200,
+		"localhost.":                             200,
+		fmt.Sprintf("evil.example:%d", port):     421,
+		fmt.Sprintf("127.0.0.1.nip.io:%d", port): 421,
+	} {
+		req, _ := http.NewRequest("GET", "http://"+l.Addr().String()+"/api/v1/status", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == 421 && !strings.Contains(string(body), "answers to localhost or an IP address only")) {
+			t.Errorf("Host %s: %d %s, want %d", host, resp.StatusCode, body, want)
 		}
 	}
 }

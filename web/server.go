@@ -263,7 +263,17 @@ func (s *Server) ServeTCP(addr string, opts *TCPOptions) error {
 	if err != nil {
 		return fmt.Errorf("web: listen on %s: %w", addr, err)
 	}
-	return s.serve(l, o.TLS)
+	return s.serve(l, o.TLS, s.tcpHandler(l, o.TLS))
+}
+
+// tcpHandler is the handler of a TCP listener: on plain HTTP on a
+// loopback address, one that answers only to local Host names
+// (localHost).
+func (s *Server) tcpHandler(l net.Listener, kp *KeyPair) http.Handler {
+	if kp == nil && loopback(l.Addr().String()) {
+		return localHost(s.handler)
+	}
+	return s.handler
 }
 
 // ServeTCPListener is ServeTCP on a listener the caller opened on the
@@ -279,16 +289,16 @@ func (s *Server) ServeTCPListener(l net.Listener, opts *TCPOptions) error {
 	if opts != nil {
 		o = *opts
 	}
-	return s.serve(l, o.TLS)
+	return s.serve(l, o.TLS, s.tcpHandler(l, o.TLS))
 }
 
 // Serve serves plain HTTP on a listener the caller made, until Shutdown.
 // It does not look at the listener's address: for TCP prefer ServeTCP,
 // which refuses to send the token in clear off loopback.
-func (s *Server) Serve(l net.Listener) error { return s.serve(l, nil) }
+func (s *Server) Serve(l net.Listener) error { return s.serve(l, nil, s.handler) }
 
-func (s *Server) serve(l net.Listener, kp *KeyPair) error {
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: min(10*time.Second, s.lim.ReadTimeout), ReadTimeout: s.lim.ReadTimeout,
+func (s *Server) serve(l net.Listener, kp *KeyPair, h http.Handler) error {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: min(10*time.Second, s.lim.ReadTimeout), ReadTimeout: s.lim.ReadTimeout,
 		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10, ErrorLog: log.New(debugWriter{s.log}, "", 0)}
 	if kp != nil {
 		hs.TLSConfig = kp.config()

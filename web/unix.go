@@ -47,7 +47,7 @@ func (s *Server) ServeUnix(path string) error {
 		return fmt.Errorf("web: move socket into place at %s: %w", path, err)
 	}
 	defer os.Remove(path)
-	return s.serve(&namedListener{UnixListener: ul, path: path}, nil)
+	return s.serve(&namedListener{UnixListener: ul, path: path}, nil, s.handler)
 }
 
 // clearSocket removes a stale socket at path and refuses a live one or a
