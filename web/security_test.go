@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -239,6 +240,27 @@ func TestLoopbackAnswersLocalHostOnly(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != want || (want == 421 && !strings.Contains(string(body), "answers to localhost or an IP address only")) {
 			t.Errorf("Host %s: %d %s, want %d", host, resp.StatusCode, body, want)
+		}
+	}
+}
+
+// TestHead: HEAD answers as GET without the body on the API and the
+// probes, as load balancers and uptime checks send it; not on the event
+// stream, which would stream nothing for ever.
+func TestHead(t *testing.T) {
+	f := newFixture(t, 1, Limits{})
+	ts := httptest.NewServer(f.s.Handler())
+	t.Cleanup(ts.Close)
+	client := &http.Client{Timeout: 5 * time.Second}
+	for path, want := range map[string]int{"/healthz": 200, "/api/v1/status": 200, "/metrics": 200, "/api/v1/events": 405, "/api/v1/nope": 404} {
+		resp, err := client.Head(ts.URL + path)
+		if err != nil {
+			t.Fatalf("HEAD %s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || len(body) != 0 {
+			t.Errorf("HEAD %s: %d with %d bytes of body, want %d and none", path, resp.StatusCode, len(body), want)
 		}
 	}
 }

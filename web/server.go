@@ -200,6 +200,14 @@ func New(opts Options) (*Server, error) {
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	if s.opts.Console == nil || strings.HasPrefix(p, APIPrefix+"/") || p == APIPrefix || p == "/metrics" || p == "/healthz" || p == "/readyz" {
+		// HEAD is GET without the body (load balancers and uptime checks
+		// probe with it): the response writer, which knows the request
+		// was HEAD, drops what the GET writes. Not for the event stream,
+		// which would stream nothing for ever.
+		if r.Method == http.MethodHead && p != APIPrefix+"/events" {
+			r = r.Clone(r.Context())
+			r.Method = http.MethodGet
+		}
 		s.echo.ServeHTTP(w, r)
 		return
 	}
