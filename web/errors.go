@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+	"github.com/rs/zerolog"
 )
 
 // apiError is the body of every error response.
@@ -55,7 +56,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		body.Error = "internal error; the daemon's log has the cause"
 	}
 	if code >= 500 {
-		s.log.Error().Err(err).Str("method", c.Request().Method).Str("path", c.Request().URL.Path).Int("status", code).Msg("api request failed")
+		s.log.WithLevel(failureLevel(code)).Err(err).Str("method", c.Request().Method).Str("path", c.Request().URL.Path).Int("status", code).Msg("api request failed")
 	}
 	if c.Request().Method == http.MethodHead {
 		err = c.NoContent(code)
@@ -65,4 +66,19 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if err != nil {
 		s.log.Debug().Err(err).Msg("write error response")
 	}
+}
+
+// failureLevel is the level a failed request is logged at: an error of
+// the daemon's (500) as an error; one it turned away for now (503: too
+// many event streams, no policy service) as debug, since it is the
+// client's to retry and any local client could fill the log with it at
+// a higher level; others as warnings.
+func failureLevel(code int) zerolog.Level {
+	switch code {
+	case http.StatusInternalServerError:
+		return zerolog.ErrorLevel
+	case http.StatusServiceUnavailable:
+		return zerolog.DebugLevel
+	}
+	return zerolog.WarnLevel
 }

@@ -264,3 +264,29 @@ func TestHead(t *testing.T) {
 		}
 	}
 }
+
+// TestTurnedAwayNotAnError: a request turned away for now (503: the
+// event streams at their limit) is logged at debug, not as an error,
+// so that a local client cannot fill the log with errors.
+func TestTurnedAwayNotAnError(t *testing.T) {
+	f := newFixture(t, 1, Limits{MaxStreams: 1})
+	var logged bytes.Buffer
+	f.s.log = zerolog.New(&logged).Level(zerolog.InfoLevel)
+	ts := httptest.NewServer(f.s.Handler())
+	t.Cleanup(ts.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, _ := openStream(t, ctx, ts.URL, "")
+	defer resp.Body.Close()
+	second, err := http.Get(ts.URL + "/api/v1/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Body.Close()
+	if second.StatusCode != http.StatusServiceUnavailable || logged.Len() != 0 {
+		t.Errorf("second stream: %d; logged at info or above: %q", second.StatusCode, logged.String())
+	}
+	if failureLevel(http.StatusInternalServerError) != zerolog.ErrorLevel {
+		t.Error("an internal error is not logged as an error")
+	}
+}
