@@ -100,6 +100,17 @@ func beRow(t testing.TB, r *report.Report, baseline string) report.BE {
 	return report.BE{}
 }
 
+// beFraction is a baseline's first BE workload's share of its exclusive
+// throughput; the report must have one.
+func beFraction(t testing.TB, r *report.Report, baseline string) float64 {
+	t.Helper()
+	b := beRow(t, r, baseline)
+	if b.Fraction == nil {
+		t.Fatalf("%s: BE row without a share of exclusive: %+v", baseline, b)
+	}
+	return *b.Fraction
+}
+
 // TestObserveIsTimeslicing: an engine that only observes changes nothing:
 // the run is the default time-slicing baseline, to the nanosecond.
 func TestObserveIsTimeslicing(t *testing.T) {
@@ -142,10 +153,11 @@ func TestSuspendNearExclusive(t *testing.T) {
 	if st := eng.Stats(); st.Suspends == 0 || st.Suspends != st.Resumes {
 		t.Errorf("suspends %d resumes %d", st.Suspends, st.Resumes)
 	}
-	if b := beRow(t, r, whatif.Arbiter); b.Fraction < 0.5 {
-		t.Errorf("BE kept %.2f of its exclusive throughput", b.Fraction)
+	kept := beFraction(t, r, whatif.Arbiter)
+	if kept < 0.5 {
+		t.Errorf("BE kept %.2f of its exclusive throughput", kept)
 	}
-	t.Logf("LC p99 %v (exclusive %v, ratio %.3f; time-slicing %.2f×); BE %.2f of exclusive", time.Duration(a.P99NS), time.Duration(ex.P99NS), a.P99Ratio, ts.P99Ratio, beRow(t, r, whatif.Arbiter).Fraction)
+	t.Logf("LC p99 %v (exclusive %v, ratio %.3f; time-slicing %.2f×); BE %.2f of exclusive", time.Duration(a.P99NS), time.Duration(ex.P99NS), a.P99Ratio, ts.P99Ratio, kept)
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -66,7 +66,7 @@ type Baseline struct {
 	// GPUUtilization is the compute engines' busy share over all GPUs.
 	// For exclusive it is the sum of the solo runs' busy time over GPUs ×
 	// duration: the load the workloads offer (above 1: more than the node
-	// can serve).
+	// can serve), each solo run counting at most its GPU's whole time.
 	GPUUtilization float64 `json:"gpu_utilization"`
 	// PerGPU breaks utilization and preemptions down by GPU (not for
 	// exclusive, which runs each workload on its own).
@@ -180,11 +180,12 @@ type BE struct {
 	// Kernels completed; Throughput is the kernel work done (exclusive
 	// GPU-seconds, the partial progress of kernels still running at the
 	// end included) per simulated second; Fraction compares it with the
-	// exclusive baseline (0 when that was not run).
-	Kernels    uint64  `json:"kernels"`
-	Throughput float64 `json:"throughput"`
-	Fraction   float64 `json:"fraction_of_exclusive"`
-	Preempted  uint64  `json:"preempted"`
+	// exclusive baseline: nil (absent) when that was not run or did no
+	// work, 0 for a workload the baseline starved.
+	Kernels    uint64   `json:"kernels"`
+	Throughput float64  `json:"throughput"`
+	Fraction   *float64 `json:"fraction_of_exclusive,omitempty"`
+	Preempted  uint64   `json:"preempted"`
 }
 
 // WriteJSON writes the report as indented JSON.

@@ -19,10 +19,11 @@ func sample() *Report {
 	for v := uint64(1); v <= 1000; v++ {
 		h.Record(v * 10_000)
 	}
+	kept := 0.75
 	l := LC{Name: "infer<&>", GPU: 0, Class: "lc", Arrived: 1001, Requests: 1000, InFlight: 1, P50NS: h.Quantile(0.5), P99NS: h.Quantile(0.99), P999NS: h.Quantile(0.999),
 		P99Ratio: 2.5, SLOTargetNS: 5_000_000, SLOPercentile: 99, SLOJudged: 1000, Attainment: 0.5, CDF: h.CDF(50), Latency: &h}
 	return &Report{Workload: "w", Seed: 3, DurationNS: 1e9, GPUs: 1, Baselines: []Baseline{
-		{Name: "timeslice", LC: []LC{l}, BE: []BE{{Name: "train", Class: "be", Fraction: 0.75}}, PreemptionsPerS: 12.5, GPUUtilization: 0.97,
+		{Name: "timeslice", LC: []LC{l}, BE: []BE{{Name: "train", Class: "be", Fraction: &kept}}, PreemptionsPerS: 12.5, GPUUtilization: 0.97,
 			Timeline: []sim.Segment{{GPU: 0, PID: 1000, Kind: sim.SegmentRun, Start: 0, End: 500}, {GPU: 0, Kind: sim.SegmentPreempt, Start: 500, End: 530},
 				{GPU: 0, PID: 1001, Kind: sim.SegmentSwitch, Start: 530, End: 550}},
 			PIDs: map[uint32]string{1000: "infer<&>", 1001: "train"}},
@@ -58,7 +59,7 @@ func TestJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := back.Baselines[0].LC[0]
-	if l.P99NS != sample().Baselines[0].LC[0].P99NS || len(l.CDF) != 50 || back.Baselines[0].BE[0].Fraction != 0.75 {
+	if l.P99NS != sample().Baselines[0].LC[0].P99NS || len(l.CDF) != 50 || back.Baselines[0].BE[0].Fraction == nil || *back.Baselines[0].BE[0].Fraction != 0.75 {
 		t.Errorf("round trip: %+v", back.Baselines[0])
 	}
 	if strings.Contains(b.String(), "timeline") || strings.Contains(b.String(), "Latency") {
@@ -282,6 +283,9 @@ func TestTableHeader(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
+	}
+	if strings.Contains(b.String(), "A solo run uses at most its GPU") {
+		t.Errorf("the note on solo runs that cannot keep up, with none flagged:\n%s", b.String())
 	}
 }
 

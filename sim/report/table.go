@@ -32,7 +32,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(&rows, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "baseline\tworkload\tclass\tarrived\tdone\twaiting\tp50\tp99\tp99.9\tp99/excl\tSLO\tBE thru/excl\tpreempt/s\tGPU util\t")
 	var notes []string
-	offered, unbalanced, shared := false, false, false
+	offered, unbalanced, shared, soloBacklog := false, false, false, false
 	for _, b := range r.Baselines {
 		shared = shared || len(b.LC)+len(b.BE) > 1
 		first := true
@@ -52,6 +52,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			name := l.Name
 			if l.Backlog {
 				name += "!"
+				soloBacklog = soloBacklog || b.Name == "exclusive"
 				notes = append(notes, backlogNote(b.Name, &l))
 			}
 			if l.InFlight+l.Rejected > 0 {
@@ -61,7 +62,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 				latency(&l, l.P50NS), latency(&l, l.P99NS), latency(&l, l.P999NS), bound(&l, ratio(l.P99Ratio)), slo(&l), common())
 		}
 		for _, e := range b.BE {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", b.Name, e.Name, e.Class, ratio(e.Fraction), common())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", b.Name, e.Name, e.Class, fraction(e.Fraction), common())
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -87,6 +88,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if offered {
 		fmt.Fprintln(w, "* exclusive GPU util is the load the workloads offer: their solo runs' GPU time over GPUs × duration;")
 		_, err := fmt.Fprintln(w, "  above 100% they ask more than the GPUs have, and sharing must slow someone down.")
+		if soloBacklog {
+			_, err = fmt.Fprintln(w, "  A solo run uses at most its GPU: a workload flagged ! under exclusive asks more than that alone, more than it counts for here.")
+		}
 		return err
 	}
 	return nil
@@ -159,6 +163,16 @@ func dur(ns uint64) string {
 		return fmt.Sprintf("%.0fµs", v/1e3)
 	}
 	return fmt.Sprintf("%dns", ns)
+}
+
+// fraction formats a best-effort workload's share of its exclusive
+// throughput: "-" where there is nothing to compare with, 0.00 where the
+// baseline starved it.
+func fraction(f *float64) string {
+	if f == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *f)
 }
 
 func ratio(v float64) string {

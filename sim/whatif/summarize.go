@@ -182,7 +182,8 @@ func compare(b, excl *report.Baseline) {
 	for i := range b.BE {
 		for _, e := range excl.BE {
 			if e.Name == b.BE[i].Name && e.Throughput > 0 {
-				b.BE[i].Fraction = b.BE[i].Throughput / e.Throughput
+				f := b.BE[i].Throughput / e.Throughput
+				b.BE[i].Fraction = &f
 			}
 		}
 	}

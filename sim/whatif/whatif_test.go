@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -89,7 +90,7 @@ func TestTimesliceInflation(t *testing.T) {
 		if b.Name == ScriptedSuspend && (b.Controller == nil || b.Controller.Suspends == 0 || b.Controller.Resumes == 0) {
 			t.Errorf("closed loop did not act: %+v", b.Controller)
 		}
-		if b.Name != Exclusive && (len(b.BE) != 1 || b.BE[0].Fraction <= 0.5 || b.BE[0].Fraction > 1) {
+		if b.Name != Exclusive && (len(b.BE) != 1 || b.BE[0].Fraction == nil || *b.BE[0].Fraction <= 0.5 || *b.BE[0].Fraction > 1) {
 			t.Errorf("%s: BE fraction %+v", b.Name, b.BE)
 		}
 	}
@@ -117,8 +118,8 @@ func TestGPreemptPreset(t *testing.T) {
 	}
 	be := map[string]float64{}
 	for _, b := range r.Baselines {
-		if len(b.BE) == 1 {
-			be[b.Name] = b.BE[0].Fraction
+		if len(b.BE) == 1 && b.BE[0].Fraction != nil {
+			be[b.Name] = *b.BE[0].Fraction
 		}
 	}
 	if d := be[GPreempt] - be[Priority]; d < -0.05 || d > 0.05 {
@@ -392,6 +393,79 @@ lc:
 	t.Logf("p99: one server %v, two %v", time.Duration(p99[1]), time.Duration(p99[2]))
 	if p99[2]*2 > p99[1] {
 		t.Errorf("p99 %d ns with two replicas, %d with one: want at least halved", p99[2], p99[1])
+	}
+}
+
+// TestStarvedBestEffort: a best-effort workload that a baseline keeps off
+// the GPU reads 0 of its exclusive throughput, in the table and the JSON,
+// not "-", which is kept for a report with nothing to compare with (no
+// exclusive run); and the note on exclusive's GPU util says that a solo
+// run that cannot keep up asks more than it counts for.
+func TestStarvedBestEffort(t *testing.T) {
+	spec := `
+gpus: 1
+lc:
+  - {name: s, gpu: 0, slo: {target: 5s}, arrival: {process: periodic, rate: 1}, request: [{kernel: {duration: 3s}}]}
+be:
+  - {name: t, gpu: 0, kernel: 10s}
+`
+	f, err := workload.Parse([]byte(spec), "bestarve.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := func(r *report.Report) (map[string]*float64, string) {
+		t.Helper()
+		got := map[string]*float64{}
+		for _, b := range r.Baselines {
+			got[b.Name] = b.BE[0].Fraction
+		}
+		var table bytes.Buffer
+		if err := r.WriteTable(&table); err != nil {
+			t.Fatal(err)
+		}
+		return got, table.String()
+	}
+	r, err := Run(context.Background(), config(t, f, 20*time.Second, 1, Exclusive, Priority))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, table := rows(r)
+	if got[Priority] == nil || *got[Priority] != 0 || got[Exclusive] == nil || *got[Exclusive] != 1 {
+		t.Errorf("BE share of exclusive: priority %v, exclusive %v; want 0 and 1", got[Priority], got[Exclusive])
+	}
+	if !regexp.MustCompile(`(?m)^\s*priority\s+t\s+be(\s+-){8}\s+0\.00$`).MatchString(table) {
+		t.Errorf("the starved BE row does not read 0.00:\n%s", table)
+	}
+	// The LC workload asks 300% of its GPU: its solo run, flagged, counts
+	// 100%, and the note says it asks more.
+	if !strings.Contains(table, "200.0%*") || !strings.Contains(table, "a workload flagged ! under exclusive asks more than that alone") {
+		t.Errorf("the exclusive util note does not say a flagged solo run asks more:\n%s", table)
+	}
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `"fraction_of_exclusive": 0`) {
+		t.Errorf("JSON lacks the starved workload's 0:\n%s", js.String())
+	}
+
+	alone, err := Run(context.Background(), config(t, f, 20*time.Second, 1, Priority))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, table = rows(alone)
+	if got[Priority] != nil {
+		t.Errorf("no exclusive run, yet a share of it: %v", *got[Priority])
+	}
+	if !regexp.MustCompile(`(?m)^\s*priority\s+t\s+be(\s+-){9}$`).MatchString(table) {
+		t.Errorf("without an exclusive run the BE row should read -:\n%s", table)
+	}
+	js.Reset()
+	if err := alone.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(js.String(), "fraction_of_exclusive") {
+		t.Errorf("JSON carries a share of an exclusive run that did not happen")
 	}
 }
 
