@@ -242,34 +242,73 @@ func checkOutDir(dir string) error {
 		return fmt.Errorf("--out %s: cannot be written (creating a file in it: %w)", dir, err)
 	}
 	probe.Close()
-	return os.Remove(probe.Name())
+	if err := os.Remove(probe.Name()); err != nil {
+		return fmt.Errorf("--out %s: %w", dir, err)
+	}
+	if at != filepath.Clean(dir) {
+		return nil // the files will be new
+	}
+	for _, name := range simOutputNames {
+		path := filepath.Join(dir, name)
+		if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+			return fmt.Errorf("--out %s: %s is in the way: the run writes a file of that name there (remove it, or choose another --out)", dir, path)
+		}
+	}
+	return nil
 }
 
-// writeSimOutputs writes the report files, each atomically.
+// simOutputNames are the files --out writes, in the order written.
+var simOutputNames = []string{"report.json", "latency.svg", "timeline.svg"}
+
+// writeSimOutputs writes the report files: all of them rendered, then
+// written beside their final names, then renamed into place, so that a
+// failure to write leaves the files there were, and none leaves a
+// temporary file behind.
 func writeSimOutputs(dir string, rep *report.Report, window uint64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("output directory: %w", err)
 	}
-	files := []struct {
-		name  string
-		write func(io.Writer) error
-	}{
-		{"report.json", rep.WriteJSON},
-		{"latency.svg", rep.WriteLatency},
-		{"timeline.svg", func(w io.Writer) error { return rep.WriteTimeline(w, window) }},
+	render := map[string]func(io.Writer) error{
+		"report.json":  rep.WriteJSON,
+		"latency.svg":  rep.WriteLatency,
+		"timeline.svg": func(w io.Writer) error { return rep.WriteTimeline(w, window) },
 	}
-	for _, fl := range files {
+	bodies := make([][]byte, len(simOutputNames))
+	for i, name := range simOutputNames {
 		var buf bytes.Buffer
-		if err := fl.write(&buf); err != nil {
-			return fmt.Errorf("%s: %w", fl.name, err)
+		if err := render[name](&buf); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		path := filepath.Join(dir, fl.name)
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
+		bodies[i] = buf.Bytes()
+	}
+	var tmps []string
+	removeTmps := func() {
+		for _, tmp := range tmps {
+			os.Remove(tmp)
 		}
-		if err := os.Rename(tmp, path); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
+	}
+	for i, name := range simOutputNames {
+		tmp := filepath.Join(dir, name) + ".tmp"
+		out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			removeTmps()
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+		}
+		tmps = append(tmps, tmp) // ours from here: removed on failure
+		_, err = out.Write(bodies[i])
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			removeTmps()
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
+		}
+	}
+	for i, name := range simOutputNames {
+		if err := os.Rename(tmps[i], filepath.Join(dir, name)); err != nil {
+			tmps = tmps[i:]
+			removeTmps()
+			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 		}
 	}
 	return nil

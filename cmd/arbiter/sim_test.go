@@ -179,6 +179,58 @@ func TestSimCommandOutCheckedFirst(t *testing.T) {
 		strings.Contains(err.Error(), ".arbiter-sim-") {
 		t.Errorf("under /proc: %v", err)
 	}
+	// A directory where a report file goes is found before the run too,
+	// and nothing is written.
+	out := t.TempDir()
+	if err := os.Mkdir(filepath.Join(out, "timeline.svg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	_, err = runSimCmd(t, "--workload", spec, "--duration", "1000h", "--quiet", "--out", out)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(out, "timeline.svg")+" is in the way") {
+		t.Errorf("timeline.svg a directory: %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("the directory in the way was found after %v: the run started first", time.Since(start))
+	}
+	if left, _ := os.ReadDir(out); len(left) != 1 {
+		t.Errorf("the refused run left %v", left)
+	}
+}
+
+// TestSimOutputsAllOrNothing: when a report file cannot be written, the
+// files already there are left as they were and no temporary file stays.
+func TestSimOutputsAllOrNothing(t *testing.T) {
+	out := t.TempDir()
+	old := filepath.Join(out, "report.json")
+	if err := os.WriteFile(old, []byte("earlier"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The last file's temporary name is taken by a directory that is not
+	// ours to remove.
+	blocked := filepath.Join(out, "timeline.svg.tmp")
+	if err := os.MkdirAll(filepath.Join(blocked, "keep"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rep := &report.Report{Workload: "w", Seed: 1, DurationNS: 1e9, GPUs: 1, Baselines: []report.Baseline{{Name: "exclusive"}}}
+	err := writeSimOutputs(out, rep, uint64(50*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "write "+filepath.Join(out, "timeline.svg")) {
+		t.Fatalf("got %v", err)
+	}
+	if b, _ := os.ReadFile(old); string(b) != "earlier" {
+		t.Errorf("report.json was replaced by a write that failed: %.40q", b)
+	}
+	var names []string
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"report.json", "timeline.svg.tmp"}) {
+		t.Errorf("left behind: %v", names)
+	}
+	if _, err := os.Stat(filepath.Join(blocked, "keep")); err != nil {
+		t.Errorf("the directory in the way was touched: %v", err)
+	}
 }
 
 // TestSimCommandJSON: --format json prints the report.json content.
