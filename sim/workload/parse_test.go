@@ -212,6 +212,20 @@ func TestLoadWarnings(t *testing.T) {
 	if w := LoadWarnings(f, time.Hour); len(w) != 0 {
 		t.Errorf("feasible load warned: %q", w)
 	}
+	// Three recorded arrivals a millisecond apart, 10 s of kernel each:
+	// 30 s of work, spread over the run, not over the 2 ms they span.
+	f, err = Parse([]byte("gpus: 1\nlc:\n  - name: r\n    gpu: 0\n    arrival: {process: trace, times: [0s, 1ms, 2ms]}\n"+
+		"    request:\n      - kernel: {duration: 10s}\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := LoadWarnings(f, time.Hour); len(w) != 0 {
+		t.Errorf("30 s of work in an hour warned: %q", w)
+	}
+	if w := LoadWarnings(f, 20*time.Second); len(w) != 1 || !strings.Contains(w[0], "asks for 1.5 s of kernel time per simulated second, 1.5× what the GPU has") ||
+		strings.Contains(w[0], "max_pending") {
+		t.Errorf("30 s of work in 20 s: %q", w)
+	}
 }
 
 // TestLoadBounded: Load reads no more than a spec may hold, so a device

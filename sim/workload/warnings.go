@@ -64,7 +64,8 @@ func (s *Spec) warnings(given map[string]int) []*FieldError {
 // second than the GPU has, no baseline can serve them, their queues fill
 // up to max_pending and later arrivals are turned away, and simulating
 // them costs wall time for nothing. Each warning gives the numbers.
-// Replayed and trace-file arrivals are not estimated.
+// Recorded arrivals count over the whole run; replayed processes and
+// arrivals read from a file are not estimated.
 func LoadWarnings(f *File, d time.Duration) []string {
 	s := &f.Spec
 	load := make([]float64, s.GPUs)
@@ -72,7 +73,7 @@ func LoadWarnings(f *File, d time.Duration) []string {
 	growth := make([]float64, len(s.LC))
 	for i := range s.LC {
 		lc := &s.LC[i]
-		rate := arrivalRate(&lc.Arrival)
+		rate := arrivalRate(&lc.Arrival, d)
 		if rate == 0 {
 			continue
 		}
@@ -84,7 +85,9 @@ func LoadWarnings(f *File, d time.Duration) []string {
 		}
 		load[lc.GPU] += rate * work / 1e9
 		who[lc.GPU] = append(who[lc.GPU], lc.Name)
-		growth[i] = rate
+		if lc.Arrival.Process != "trace" {
+			growth[i] = rate // recorded arrivals are too few or too uneven to say when a queue fills
+		}
 	}
 	var out []string
 	for g, l := range load {
@@ -116,9 +119,9 @@ func LoadWarnings(f *File, d time.Duration) []string {
 	return out
 }
 
-// arrivalRate is the mean arrival rate of a, 0 where it is not known
-// without reading a file.
-func arrivalRate(a *Arrival) float64 {
+// arrivalRate is the mean arrival rate of a over a run of duration d, 0
+// where it is not known without reading a file.
+func arrivalRate(a *Arrival, d time.Duration) float64 {
 	switch a.Process {
 	case "uniform":
 		return 2e9 / float64(a.Min+a.Max)
@@ -128,10 +131,18 @@ func arrivalRate(a *Arrival) float64 {
 	default:
 		return a.Rate
 	}
-	if n := len(a.Times); n > 1 && a.Times[n-1] > a.Times[0] {
-		return float64(n-1) / time.Duration(a.Times[n-1]-a.Times[0]).Seconds()
+	// Recorded arrivals do not repeat: what they ask is spread over the
+	// run, however close together they come.
+	if d <= 0 {
+		return 0
 	}
-	return 0
+	n := 0
+	for _, t := range a.Times {
+		if time.Duration(t) < d {
+			n++
+		}
+	}
+	return float64(n) / d.Seconds()
 }
 
 // mean is a distribution's mean in ns, clamps ignored.
