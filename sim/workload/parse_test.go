@@ -126,6 +126,13 @@ func TestParseErrors(t *testing.T) {
 		{"NaN cv", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: {dist: lognormal, mean: 1ms, cv: -.inf}\n", "x.yaml:5: be[0].kernel.cv: -.inf: want a finite number"},
 		{"sigma with poisson", strings.Replace(base(""), "rate: 10}", "rate: 10, sigma: 2}", 1), "x.yaml:5: lc[0].arrival.sigma: sigma applies to process lognormal only"},
 		{"mean with uniform", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: {dist: uniform, mean: 2ms, min: 1ms, max: 3ms}\n", "x.yaml:5: be[0].kernel.mean: a uniform distribution is set by min and max"},
+		// A field the distribution or process does not take is refused
+		// even where it is 0: it says the spec was meant otherwise.
+		{"zero cv with exp", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: {dist: exp, mean: 1ms, cv: 0}\n", "x.yaml:5: be[0].kernel.cv: cv applies to dist lognormal only"},
+		{"zero mean with uniform", "gpus: 1\nbe:\n  - name: b\n    gpu: 0\n    kernel: {dist: uniform, min: 1ms, max: 2ms, mean: 0s}\n", "x.yaml:5: be[0].kernel.mean: a uniform distribution is set by min and max"},
+		{"zero sigma with periodic", strings.Replace(base(""), "poisson, rate: 10}", "periodic, rate: 10, sigma: 0}", 1), "x.yaml:5: lc[0].arrival.sigma: sigma applies to process lognormal only, not periodic"},
+		{"zero min with poisson", strings.Replace(base(""), "rate: 10}", "rate: 10, min: 0s}", 1), "x.yaml:5: lc[0].arrival.min: min applies to process uniform only, not poisson"},
+		{"empty times with poisson", strings.Replace(base(""), "rate: 10}", "rate: 10, times: []}", 1), "x.yaml:5: lc[0].arrival.times: times applies to process trace only, not poisson"},
 		{"fields in sync", base("      - sync: {x: 1}\n"), "x.yaml:8: lc[0].request[1].sync.x: unknown field: lc[0].request[1].sync takes no fields (write sync: {})"},
 		{"binary", "gpus: 1\x00\x01\x02" + strings.Repeat("\xff", 5000), "x.yaml: not a text file (binary data at byte offset 7)"},
 		{"invalid UTF-8 before a NUL", "gp\xffus: 1\x00", "x.yaml: not a text file (binary data at byte offset 2)"},

@@ -326,10 +326,12 @@ type samplers map[Dist]*sampler
 
 // get returns the sampler of d, made on first use.
 func (ss samplers) get(d *Dist) *sampler {
-	s := ss[*d]
+	key := *d
+	key.givenMean, key.givenCV = false, false // how it was written draws nothing
+	s := ss[key]
 	if s == nil {
 		s = newSampler(d)
-		ss[*d] = s
+		ss[key] = s
 	}
 	return s
 }

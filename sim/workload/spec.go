@@ -95,6 +95,37 @@ type Arrival struct {
 	// replica is a client that sends its next request only when its
 	// previous one is done, as a benchmark loop or a training job does.
 	Think *Dist `json:"think,omitempty"`
+
+	// given holds the fields the spec wrote, 0 or not, so that one that
+	// does not apply to the process is refused even where it is 0.
+	given map[string]bool
+}
+
+// UnmarshalJSON decodes an arrival, noting which fields were written.
+func (a *Arrival) UnmarshalJSON(b []byte) error {
+	type plain Arrival
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	var p plain
+	if err := dec.Decode(&p); err != nil {
+		return err
+	}
+	*a = Arrival(p)
+	a.given = keysOf(b)
+	return nil
+}
+
+// keysOf returns the keys of the JSON object b (nil where b is not one).
+func keysOf(b []byte) map[string]bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil {
+		return nil
+	}
+	keys := make(map[string]bool, len(fields))
+	for k := range fields {
+		keys[k] = true
+	}
+	return keys
 }
 
 // Step is one part of a request: exactly one field is set.
@@ -212,6 +243,10 @@ type Dist struct {
 	// bare is set where the spec gave a duration alone ("5ms"), for
 	// messages to quote it as written.
 	bare bool
+	// givenMean and givenCV are set where the spec wrote mean or cv, 0 or
+	// not, so that one the distribution does not take is refused even
+	// where it is 0.
+	givenMean, givenCV bool
 }
 
 // UnmarshalJSON accepts the string shorthand or the object form.
@@ -232,6 +267,8 @@ func (d *Dist) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*d = Dist(p)
+	keys := keysOf(b)
+	d.givenMean, d.givenCV = keys["mean"], keys["cv"]
 	return nil
 }
 

@@ -212,13 +212,13 @@ func (a *Arrival) validate(path string) *FieldError {
 		set   bool
 		procs []string
 	}{
-		{"rate", a.Rate != 0, []string{"poisson", "lognormal", "periodic"}},
-		{"sigma", a.Sigma != 0, []string{"lognormal"}},
-		{"min", a.Min != 0, []string{"uniform"}},
-		{"max", a.Max != 0, []string{"uniform"}},
-		{"times", len(a.Times) > 0, []string{"trace"}},
-		{"file", a.File != "", []string{"trace"}},
-		{"think", a.Think != nil, []string{"closed"}},
+		{"rate", a.Rate != 0 || a.given["rate"], []string{"poisson", "lognormal", "periodic"}},
+		{"sigma", a.Sigma != 0 || a.given["sigma"], []string{"lognormal"}},
+		{"min", a.Min != 0 || a.given["min"], []string{"uniform"}},
+		{"max", a.Max != 0 || a.given["max"], []string{"uniform"}},
+		{"times", len(a.Times) > 0 || a.given["times"], []string{"trace"}},
+		{"file", a.File != "" || a.given["file"], []string{"trace"}},
+		{"think", a.Think != nil || a.given["think"], []string{"closed"}},
 	} {
 		if f.set && !slices.Contains(f.procs, a.Process) && slices.Contains(arrivalProcesses(), a.Process) {
 			return fieldErr(path+"."+f.name, "%s applies to process %s only, not %s", f.name, strings.Join(f.procs, ", "), a.Process)
@@ -345,7 +345,7 @@ func (d *Dist) validate(path string, positive bool) *FieldError {
 		}
 	}
 	if d.Dist == "uniform" {
-		if d.Mean != 0 {
+		if d.Mean != 0 || d.givenMean {
 			return fieldErr(path+".mean", "a uniform distribution is set by min and max (its mean is (min+max)/2): drop mean")
 		}
 		if d.Max <= d.Min || (positive && d.Min == 0) {
@@ -368,7 +368,7 @@ func (d *Dist) validate(path string, positive bool) *FieldError {
 	if d.CV < 0 || d.CV > 10 {
 		return fieldErr(path+".cv", "%v: must be between 0 and 10", d.CV)
 	}
-	if d.CV != 0 && d.Dist != "lognormal" {
+	if (d.CV != 0 || d.givenCV) && d.Dist != "lognormal" {
 		return fieldErr(path+".cv", "cv applies to dist lognormal only")
 	}
 	return nil
