@@ -118,9 +118,6 @@ func Parse(data []byte, name string) (*File, error) {
 	if err := yaml.UnmarshalStrict(data, &f.Spec); err != nil {
 		return nil, &FieldError{File: name, Msg: clip(err.Error(), 200)}
 	}
-	if f.Spec.Name == "" && name != "" {
-		f.Spec.Name = strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))
-	}
 	for _, w := range f.Spec.warnings(lines) {
 		w.File, w.Line = name, lineOf(lines, w.Path)
 		f.Warnings = append(f.Warnings, w.Error())
@@ -129,6 +126,9 @@ func Parse(data []byte, name string) (*File, error) {
 		err.File = name
 		err.Line = lineOf(lines, err.Path)
 		return nil, err
+	}
+	if f.Spec.Name == "" && name != "" {
+		f.Spec.Name = strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))
 	}
 	return f, nil
 }

@@ -133,6 +133,8 @@ func TestParseErrors(t *testing.T) {
 		{"zero sigma with periodic", strings.Replace(base(""), "poisson, rate: 10}", "periodic, rate: 10, sigma: 0}", 1), "x.yaml:5: lc[0].arrival.sigma: sigma applies to process lognormal only, not periodic"},
 		{"zero min with poisson", strings.Replace(base(""), "rate: 10}", "rate: 10, min: 0s}", 1), "x.yaml:5: lc[0].arrival.min: min applies to process uniform only, not poisson"},
 		{"empty times with poisson", strings.Replace(base(""), "rate: 10}", "rate: 10, times: []}", 1), "x.yaml:5: lc[0].arrival.times: times applies to process trace only, not poisson"},
+		{"control characters in the name", "name: \"a\\e[31mred\\a\"\n" + base(""), `x.yaml:1: name: "a\x1b[31mred\a": want at most 128 printable characters`},
+		{"a long name", "name: " + strings.Repeat("n", 129) + "\n" + base(""), "x.yaml:1: name: \"nnnn"},
 		{"fields in sync", base("      - sync: {x: 1}\n"), "x.yaml:8: lc[0].request[1].sync.x: unknown field: lc[0].request[1].sync takes no fields (write sync: {})"},
 		{"binary", "gpus: 1\x00\x01\x02" + strings.Repeat("\xff", 5000), "x.yaml: not a text file (binary data at byte offset 7)"},
 		{"invalid UTF-8 before a NUL", "gp\xffus: 1\x00", "x.yaml: not a text file (binary data at byte offset 2)"},

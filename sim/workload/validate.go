@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Bounds on spec values: beyond them a value is a mistake, not a workload.
@@ -22,6 +24,7 @@ const (
 	maxPending     = 10000000
 	maxWorkloads   = 4096
 	maxReplicas    = 64
+	maxSpecName    = 128 // characters
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -33,6 +36,10 @@ func fieldErr(path, format string, args ...any) *FieldError {
 // validate checks values the schema cannot: ranges, required fields,
 // references. It returns the first problem found.
 func (s *Spec) validate() *FieldError {
+	if s.Name != "" && (utf8.RuneCountInString(s.Name) > maxSpecName || !utf8.ValidString(s.Name) ||
+		strings.ContainsFunc(s.Name, func(r rune) bool { return !unicode.IsPrint(r) })) {
+		return fieldErr("name", "%s: want at most %d printable characters (it heads the table and the plots)", quote(s.Name), maxSpecName)
+	}
 	if s.GPUs < 1 || s.GPUs > maxGPUs {
 		return fieldErr("gpus", "%d GPUs: must be between 1 and %d", s.GPUs, maxGPUs)
 	}
