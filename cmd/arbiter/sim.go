@@ -224,6 +224,10 @@ func checkOutDir(dir string) error {
 		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			return fmt.Errorf("--out %s: %w", dir, err)
 		}
+		if fi, lerr := os.Lstat(at); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			target, _ := os.Readlink(at)
+			return fmt.Errorf("--out %s: %s is a symbolic link to %s, which does not exist", dir, at, target)
+		}
 		parent := filepath.Dir(at)
 		if parent == at {
 			return fmt.Errorf("--out %s: no existing directory above it", dir)
@@ -261,9 +265,10 @@ func checkOutDir(dir string) error {
 var simOutputNames = []string{"report.json", "latency.svg", "timeline.svg"}
 
 // writeSimOutputs writes the report files: all of them rendered, then
-// written beside their final names, then renamed into place, so that a
-// failure to write leaves the files there were, and none leaves a
-// temporary file behind.
+// written to temporary files of their own beside their final names, then
+// renamed into place, so that a failure to write leaves the files there
+// were, and no failure leaves a temporary file behind. A rename that
+// fails after others succeeded says which files were already replaced.
 func writeSimOutputs(dir string, rep *report.Report, window uint64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("output directory: %w", err)
@@ -288,14 +293,18 @@ func writeSimOutputs(dir string, rep *report.Report, window uint64) error {
 		}
 	}
 	for i, name := range simOutputNames {
-		tmp := filepath.Join(dir, name) + ".tmp"
-		out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		// A name of its own, made for this write: never a file or link
+		// someone left there.
+		out, err := os.CreateTemp(dir, "."+name+".*.tmp")
 		if err != nil {
 			removeTmps()
 			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 		}
-		tmps = append(tmps, tmp) // ours from here: removed on failure
+		tmps = append(tmps, out.Name())
 		_, err = out.Write(bodies[i])
+		if err == nil {
+			err = out.Chmod(0o644)
+		}
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
@@ -308,6 +317,9 @@ func writeSimOutputs(dir string, rep *report.Report, window uint64) error {
 		if err := os.Rename(tmps[i], filepath.Join(dir, name)); err != nil {
 			tmps = tmps[i:]
 			removeTmps()
+			if i > 0 {
+				return fmt.Errorf("write %s: %w (%s already replaced by this run's)", filepath.Join(dir, name), err, strings.Join(simOutputNames[:i], " and "))
+			}
 			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,17 +59,26 @@ func loadSpec(path string) (*workload.File, error) {
 	return nil, &errTraceGiven{path: path, spec: replaySpec(path, procs)}
 }
 
+// yamlString writes s as a YAML scalar: as it is where it is a plain
+// name, else quoted (a file name may hold ": ", '#' or anything else).
+func yamlString(s string) string {
+	if validName(s) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
 // replaySpec writes a spec that replays every process of a trace.
 func replaySpec(path string, procs []workload.TraceProcess) string {
 	var b bytes.Buffer
 	base := filepath.Base(path)
-	fmt.Fprintf(&b, "name: %s\ngpus: 1\n", strings.TrimSuffix(base, filepath.Ext(base)))
+	fmt.Fprintf(&b, "name: %s\ngpus: 1\n", yamlString(workload.NameFrom(path)))
 	if span := traceSpan(procs); span > 0 {
 		// Without it the replay runs for the default minute, mostly idle.
 		fmt.Fprintf(&b, "duration: %v   # the trace's calls span %v\n", span.Round(time.Millisecond)+time.Millisecond, span)
 	}
 	fmt.Fprintf(&b, "replay:\n  - file: %s\n    # An LC process: class: lc, an slo (e.g. slo: {target: 5ms}), and request_end: sync\n"+
-		"    # where each of its requests ends with a synchronization (docs/simulator.md, \"Requests\").\n    processes:\n", base)
+		"    # where each of its requests ends with a synchronization (docs/simulator.md, \"Requests\").\n    processes:\n", yamlString(base))
 	if len(procs) == 0 {
 		b.WriteString("      [] # the trace holds no driver calls\n")
 	}

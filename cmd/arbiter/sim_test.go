@@ -196,39 +196,69 @@ func TestSimCommandOutCheckedFirst(t *testing.T) {
 	if left, _ := os.ReadDir(out); len(left) != 1 {
 		t.Errorf("the refused run left %v", left)
 	}
-}
-
-// TestSimOutputsAllOrNothing: when a report file cannot be written, the
-// files already there are left as they were and no temporary file stays.
-func TestSimOutputsAllOrNothing(t *testing.T) {
-	out := t.TempDir()
-	old := filepath.Join(out, "report.json")
-	if err := os.WriteFile(old, []byte("earlier"), 0o644); err != nil {
+	// A link to nowhere is named before the run, not found by mkdir after it.
+	link := filepath.Join(t.TempDir(), "dangling")
+	if err := os.Symlink(filepath.Join(out, "gone"), link); err != nil {
 		t.Fatal(err)
 	}
-	// The last file's temporary name is taken by a directory that is not
-	// ours to remove.
-	blocked := filepath.Join(out, "timeline.svg.tmp")
-	if err := os.MkdirAll(filepath.Join(blocked, "keep"), 0o755); err != nil {
+	start = time.Now()
+	_, err = runSimCmd(t, "--workload", spec, "--duration", "1000h", "--quiet", "--out", link)
+	if err == nil || !strings.Contains(err.Error(), link+" is a symbolic link to "+filepath.Join(out, "gone")+", which does not exist") {
+		t.Errorf("dangling link: %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("the dangling link was found after %v: the run started first", time.Since(start))
+	}
+}
+
+// TestSimOutputsNoStrays: the report files are written through temporary
+// files of their own, so a file or link someone left at a name such as
+// report.json.tmp is not touched, and no temporary file stays, even when
+// a rename fails part way; then the error says which files were already
+// replaced.
+func TestSimOutputsNoStrays(t *testing.T) {
+	out := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	for _, f := range []struct{ name, body string }{{"report.json", "earlier"}, {"report.json.tmp", "mine"}, {victim, "not to be written"}} {
+		path := f.name
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(out, path)
+		}
+		if err := os.WriteFile(path, []byte(f.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(victim, filepath.Join(out, "latency.svg.tmp")); err != nil {
+		t.Fatal(err)
+	}
+	// timeline.svg is a directory with something in it: its rename fails
+	// after the other two were renamed.
+	if err := os.MkdirAll(filepath.Join(out, "timeline.svg", "keep"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	rep := &report.Report{Workload: "w", Seed: 1, DurationNS: 1e9, GPUs: 1, Baselines: []report.Baseline{{Name: "exclusive"}}}
 	err := writeSimOutputs(out, rep, uint64(50*time.Millisecond))
-	if err == nil || !strings.Contains(err.Error(), "write "+filepath.Join(out, "timeline.svg")) {
+	if err == nil || !strings.Contains(err.Error(), "write "+filepath.Join(out, "timeline.svg")) ||
+		!strings.Contains(err.Error(), "(report.json and latency.svg already replaced by this run's)") {
 		t.Fatalf("got %v", err)
-	}
-	if b, _ := os.ReadFile(old); string(b) != "earlier" {
-		t.Errorf("report.json was replaced by a write that failed: %.40q", b)
 	}
 	var names []string
 	entries, _ := os.ReadDir(out)
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if !slices.Equal(names, []string{"report.json", "timeline.svg.tmp"}) {
+	if !slices.Equal(names, []string{"latency.svg", "latency.svg.tmp", "report.json", "report.json.tmp", "timeline.svg"}) {
 		t.Errorf("left behind: %v", names)
 	}
-	if _, err := os.Stat(filepath.Join(blocked, "keep")); err != nil {
+	for path, want := range map[string]string{filepath.Join(out, "report.json.tmp"): "mine", victim: "not to be written"} {
+		if b, _ := os.ReadFile(path); string(b) != want {
+			t.Errorf("%s was written: %.40q", path, b)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "report.json")); !strings.Contains(string(b), `"workload": "w"`) {
+		t.Errorf("report.json not replaced: %.40q", b)
+	}
+	if _, err := os.Stat(filepath.Join(out, "timeline.svg", "keep")); err != nil {
 		t.Errorf("the directory in the way was touched: %v", err)
 	}
 }
@@ -294,6 +324,15 @@ func TestSimCommandTrace(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "bad.yaml:9: replay[0].processes[0]: no driver calls of this process in ") ||
 		!strings.Contains(err.Error(), "; it holds those of comm train (pid 4472), 186 calls; comm infer (pid 4473), 4186 calls") {
 		t.Errorf("a process the trace does not hold: %v\n%s", err, bad)
+	}
+	// A trace whose file name is no spec name (too long, ": " and '#' in
+	// it): the suggested spec still runs as it is printed.
+	odd := strings.Repeat("t", 140) + ": #1\a.arbt"
+	_ = os.WriteFile(filepath.Join(dir, odd), data, 0o644)
+	spec, _ = runSimCmd(t, "--workload", filepath.Join(dir, odd), "--quiet")
+	_ = os.WriteFile(filepath.Join(dir, "odd.yaml"), []byte(spec), 0o644)
+	if _, err := runSimCmd(t, "--workload", filepath.Join(dir, "odd.yaml"), "--duration", "1s", "--quiet", "--baselines", "timeslice"); err != nil {
+		t.Errorf("the spec suggested for %q does not run: %v\n%s", odd, err, spec)
 	}
 }
 

@@ -284,9 +284,6 @@ func TestTableHeader(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
 	}
-	if strings.Contains(b.String(), "A solo run uses at most its GPU") {
-		t.Errorf("the note on solo runs that cannot keep up, with none flagged:\n%s", b.String())
-	}
 }
 
 // TestTimelineMarksShow: a context switch of 20 µs in a 50 ms window is

@@ -32,7 +32,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(&rows, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "baseline\tworkload\tclass\tarrived\tdone\twaiting\tp50\tp99\tp99.9\tp99/excl\tSLO\tBE thru/excl\tpreempt/s\tGPU util\t")
 	var notes []string
-	offered, unbalanced, shared, soloBacklog := false, false, false, false
+	offered, unbalanced, shared := false, false, false
 	for _, b := range r.Baselines {
 		shared = shared || len(b.LC)+len(b.BE) > 1
 		first := true
@@ -52,7 +52,6 @@ func (r *Report) WriteTable(w io.Writer) error {
 			name := l.Name
 			if l.Backlog {
 				name += "!"
-				soloBacklog = soloBacklog || b.Name == "exclusive"
 				notes = append(notes, backlogNote(b.Name, &l))
 			}
 			if l.InFlight+l.Rejected > 0 {
@@ -86,11 +85,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "preempt/s and GPU util are each baseline's, over all its GPUs and workloads: on its first row")
 	}
 	if offered {
-		fmt.Fprintln(w, "* exclusive GPU util is the load the workloads offer: their solo runs' GPU time over GPUs × duration;")
+		fmt.Fprintln(w, "* exclusive GPU util is the load the workloads offer: their solo runs' GPU time over GPUs × duration,")
+		fmt.Fprintln(w, "  each solo run at most its whole GPU (one that cannot keep up alone asks more than it counts for);")
 		_, err := fmt.Fprintln(w, "  above 100% they ask more than the GPUs have, and sharing must slow someone down.")
-		if soloBacklog {
-			_, err = fmt.Fprintln(w, "  A solo run uses at most its GPU: a workload flagged ! under exclusive asks more than that alone, more than it counts for here.")
-		}
 		return err
 	}
 	return nil

@@ -128,7 +128,7 @@ func Parse(data []byte, name string) (*File, error) {
 		return nil, err
 	}
 	if f.Spec.Name == "" && name != "" {
-		f.Spec.Name = strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))
+		f.Spec.Name = NameFrom(name)
 	}
 	return f, nil
 }

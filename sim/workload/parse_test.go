@@ -201,6 +201,20 @@ func TestParseWarnings(t *testing.T) {
 	}
 }
 
+// TestNullIsNotWritten: a field written as null is a field not written,
+// here as everywhere in a spec: it is no field that does not apply.
+func TestNullIsNotWritten(t *testing.T) {
+	for _, spec := range []string{
+		"gpus: 1\nlc:\n  - name: a\n    gpu: 0\n    arrival: {process: poisson, rate: 10, think: null, sigma: ~, times: null, file: null}\n    request:\n      - kernel: {duration: {dist: exp, mean: 1ms, cv: null}}\n",
+		"gpus: 1\nlc:\n  - name: a\n    gpu: 0\n    arrival: {process: closed, rate: ~}\n    request:\n      - kernel: {duration: {dist: uniform, min: 1ms, max: 2ms, mean: null}}\n",
+		`{"gpus": 1, "lc": [{"name": "a", "gpu": 0, "arrival": {"process": "closed", "think": null, "sigma": null}, "request": [{"kernel": {"duration": "1ms"}}]}]}`,
+	} {
+		if _, err := Parse([]byte(spec), "n.yaml"); err != nil {
+			t.Errorf("%v\n%s", err, spec)
+		}
+	}
+}
+
 // TestLoadWarnings: an LC workload asking 500× the GPU's time is reported
 // before the run with the numbers; a feasible one is not.
 func TestLoadWarnings(t *testing.T) {

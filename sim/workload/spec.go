@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -115,15 +116,19 @@ func (a *Arrival) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// keysOf returns the keys of the JSON object b (nil where b is not one).
+// keysOf returns the keys of the JSON object b (nil where b is not one),
+// but those whose value is null: as everywhere in a spec, a null is a
+// field not written.
 func keysOf(b []byte) map[string]bool {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(b, &fields) != nil {
 		return nil
 	}
 	keys := make(map[string]bool, len(fields))
-	for k := range fields {
-		keys[k] = true
+	for k, v := range fields {
+		if string(bytes.TrimSpace(v)) != "null" {
+			keys[k] = true
+		}
 	}
 	return keys
 }
@@ -207,6 +212,9 @@ type Duration time.Duration
 
 // UnmarshalJSON parses a duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // not written, as everywhere in a spec
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("want a duration string with a unit such as \"250us\", got %s", b)

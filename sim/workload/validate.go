@@ -3,6 +3,7 @@ package workload
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -28,6 +29,20 @@ const (
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// NameFrom makes a spec's name from a file's: its base name without the
+// extension, each character that does not print replaced by '_', cut to
+// the longest name a spec may give.
+func NameFrom(path string) string {
+	base := filepath.Base(path)
+	name := []rune(strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return '_'
+		}
+		return r
+	}, strings.TrimSuffix(base, filepath.Ext(base))))
+	return string(name[:min(len(name), maxSpecName)])
+}
 
 func fieldErr(path, format string, args ...any) *FieldError {
 	return &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)}
