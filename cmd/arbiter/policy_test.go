@@ -202,7 +202,7 @@ func TestPolicyCheck(t *testing.T) {
 		strings.Contains(out, "rego/default") {
 		t.Fatalf("bad --run: exit %d\n%s", code, out)
 	}
-	if out, code := runPolicy(t, "", "check", "/nonexistent"); code == 0 || !strings.Contains(out, "no such file") {
+	if out, code := runPolicy(t, "", "check", filepath.Join(t.TempDir(), "missing")); code == 0 || !strings.Contains(out, "no such file") {
 		t.Fatalf("missing dir: exit %d %s", code, out)
 	}
 }
