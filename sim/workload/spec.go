@@ -105,15 +105,20 @@ type Arrival struct {
 // UnmarshalJSON decodes an arrival, noting which fields were written.
 func (a *Arrival) UnmarshalJSON(b []byte) error {
 	type plain Arrival
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
 	var p plain
-	if err := dec.Decode(&p); err != nil {
+	if err := decodeStrict(b, &p); err != nil {
 		return err
 	}
 	*a = Arrival(p)
 	a.given = keysOf(b)
 	return nil
+}
+
+// decodeStrict decodes the JSON b into v, refusing unknown fields.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // keysOf returns the keys of the JSON object b (nil where b is not one),
@@ -268,10 +273,8 @@ func (d *Dist) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	type plain Dist
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
 	var p plain
-	if err := dec.Decode(&p); err != nil {
+	if err := decodeStrict(b, &p); err != nil {
 		return err
 	}
 	*d = Dist(p)
