@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -293,18 +294,13 @@ func writeSimOutputs(dir string, rep *report.Report, window uint64) error {
 		}
 	}
 	for i, name := range simOutputNames {
-		// A name of its own, made for this write: never a file or link
-		// someone left there.
-		out, err := os.CreateTemp(dir, "."+name+".*.tmp")
+		out, err := createNew(dir, name)
 		if err != nil {
 			removeTmps()
 			return fmt.Errorf("write %s: %w", filepath.Join(dir, name), err)
 		}
 		tmps = append(tmps, out.Name())
 		_, err = out.Write(bodies[i])
-		if err == nil {
-			err = out.Chmod(0o644)
-		}
 		if cerr := out.Close(); err == nil {
 			err = cerr
 		}
@@ -324,4 +320,19 @@ func writeSimOutputs(dir string, rep *report.Report, window uint64) error {
 		}
 	}
 	return nil
+}
+
+// createNew creates a temporary file for name in dir under a name of its
+// own (O_EXCL: never a file or link someone left there), with the mode
+// os.WriteFile would give it (0644 less the umask), unlike os.CreateTemp's
+// 0600.
+func createNew(dir, name string) (*os.File, error) {
+	for range 100 {
+		path := filepath.Join(dir, fmt.Sprintf(".%s.%08x.tmp", name, rand.Uint32()))
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("no free temporary name for %s in %s", name, dir)
 }

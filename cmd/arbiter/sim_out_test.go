@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,7 +93,14 @@ func TestSimOutputsNoStrays(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := &report.Report{Workload: "w", Seed: 1, DurationNS: 1e9, GPUs: 1, Baselines: []report.Baseline{{Name: "exclusive"}}}
+	// The files get the mode a plain write would: 0644 less the umask.
+	defer syscall.Umask(syscall.Umask(0o027))
 	err := writeSimOutputs(out, rep, uint64(50*time.Millisecond))
+	if fi, serr := os.Stat(filepath.Join(out, "report.json")); serr != nil {
+		t.Error(serr)
+	} else if fi.Mode().Perm() != 0o640 {
+		t.Errorf("report.json under umask 027: %v, want -rw-r-----", fi.Mode())
+	}
 	if err == nil || !strings.Contains(err.Error(), "write "+filepath.Join(out, "timeline.svg")) ||
 		!strings.Contains(err.Error(), "(report.json and latency.svg already replaced by this run's)") {
 		t.Fatalf("got %v", err)
