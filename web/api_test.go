@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,6 +17,14 @@ func decode[T any](t *testing.T, b []byte) T {
 		t.Fatalf("decode %s: %v", b, err)
 	}
 	return v
+}
+
+// fmtPtr prints what v points to, or nil.
+func fmtPtr(v *float64) string {
+	if v == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*v)
 }
 
 // TestReadEndpoints: every GET endpoint answers from the real engine's
@@ -46,7 +55,7 @@ func TestReadEndpoints(t *testing.T) {
 		case "latency-critical":
 			lc++
 			if p.Requests < 3 || p.Attainment == nil || *p.Attainment != 1 || p.P99Seconds <= 0 {
-				t.Errorf("LC process %d: requests %d attainment %v p99 %v", p.PID, p.Requests, p.Attainment, p.P99Seconds)
+				t.Errorf("LC process %d: requests %d attainment %s p99 %v", p.PID, p.Requests, fmtPtr(p.Attainment), p.P99Seconds)
 			}
 		case "observed":
 			obs++
@@ -78,7 +87,7 @@ func TestReadEndpoints(t *testing.T) {
 	}
 	for _, c := range cls.Classes {
 		if c.Name == "latency-critical" && (c.Attainment == nil || c.Latency.Requests < 12 || c.States["running"] != 4) {
-			t.Errorf("LC class %+v", c)
+			t.Errorf("LC class %+v (attainment %s)", c, fmtPtr(c.Attainment))
 		}
 	}
 	w = f.do("GET", "/api/v1/gpus", nil)

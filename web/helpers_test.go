@@ -117,10 +117,14 @@ func (s *liveSource) Close() error {
 	return nil
 }
 
+// The plans byComm gives. The latency-critical target is far above any
+// request latency the fixture makes: requests are stamped on the wall
+// clock, and on a loaded machine the first one (from the launch
+// startEngine pushes to the sync requests pushes) can take milliseconds.
 var (
 	lcPlan = sched.Plan{Class: "latency-critical", Priority: 900, Level: sched.LevelTimeslice, Timeslice: 16 * time.Millisecond,
 		Interleave: sched.InterleaveHigh, PrePreemptionHint: true, LatencyCritical: true, HasSLO: true,
-		LatencyTarget: 2 * time.Millisecond, Percentile: 99, Window: time.Minute, MaxGPUShare: 1}
+		LatencyTarget: 5 * time.Second, Percentile: 99, Window: time.Minute, MaxGPUShare: 1}
 	bePlan = sched.Plan{Class: "best-effort", Priority: 100, Level: sched.LevelSuspend, Timeslice: 200 * time.Microsecond,
 		Interleave: sched.InterleaveLow, MaxGPUShare: 1}
 	obsPlan = sched.Plan{Class: "observed", MaxGPUShare: 1}
