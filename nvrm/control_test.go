@@ -94,7 +94,7 @@ func TestCallTimeout(t *testing.T) {
 	if !errors.Is(err, ErrCallTimeout) {
 		t.Fatalf("held call: %v, want ErrCallTimeout", err)
 	}
-	if d := time.Since(start); d < 50*time.Millisecond || d > time.Second {
+	if d := time.Since(start); d < 50*time.Millisecond || d > 10*time.Second {
 		t.Fatalf("returned after %v", d)
 	}
 	// The process's pidfd (kept) and the duplicate (until the call ends).
@@ -102,7 +102,7 @@ func TestCallTimeout(t *testing.T) {
 		t.Fatalf("%d descriptors open while the call is in the driver, want %d (pidfd and duplicate)", n, before+2)
 	}
 	close(release)
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for openFDs(t) != before+1 {
 		if time.Now().After(deadline) {
 			t.Fatal("duplicate not closed after the call returned")
@@ -117,14 +117,15 @@ func TestCallTimeout(t *testing.T) {
 		t.Fatalf("suspended records: %+v", reg.Suspended())
 	}
 	// Calls that return in time, however many, are not cut short: the
-	// deadline is per call.
-	c.opts.Timeout = 100 * time.Millisecond
+	// deadline is per call. The margin is wide for a loaded machine,
+	// and the four calls together still take longer than one may.
+	c.opts.Timeout = time.Second
 	c.sys = func(int, uint32, unsafe.Pointer) syscall.Errno {
-		time.Sleep(40 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
 		return 0
 	}
 	if err := c.Suspend(self, -1); err != nil {
-		t.Fatalf("4 calls of 40 ms each under a 100 ms per-call limit: %v", err)
+		t.Fatalf("4 calls of 300 ms each under a 1 s per-call limit: %v", err)
 	}
 }
 

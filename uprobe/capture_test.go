@@ -336,8 +336,9 @@ func TestDeliveryLatency(t *testing.T) {
 		})
 		p.wait(t)
 		t.Logf("wakeup %d: worst lag %v over %d events", wake, worst, seen)
-		// 10 ms poll; generous for a loaded shared machine.
-		if worst > 250*time.Millisecond || seen != len(trace.Funcs())+1 {
+		// 10 ms poll: a second is a hundred polls, room for a loaded
+		// shared machine to schedule the reader late.
+		if worst > time.Second || seen != len(trace.Funcs())+1 {
 			t.Errorf("wakeup %d: worst lag %v over %d events", wake, worst, seen)
 		}
 		tr.Close()

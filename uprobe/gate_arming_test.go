@@ -50,7 +50,10 @@ func expediteAndArm(t *testing.T, tr *Tracer, lc, victim uint32) {
 // Gate took over; a launch-only arming ignores copies; disarming, and the
 // process's exit, end it.
 func TestArmedRequestClosesGate(t *testing.T) {
-	const gap = 300 * time.Millisecond
+	// The gap must outlast the checks between a request's first launch
+	// and "a launch within the request" (about 60 ms, a few hundred on a
+	// loaded machine): a longer wait there would open a request.
+	const gap = time.Second
 	be, lc, o := armedPair(t, gap)
 	tr := openTracer(t, o)
 	log := logLaunches(tr, be)

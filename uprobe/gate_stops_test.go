@@ -146,6 +146,7 @@ func TestUnrecordedStopNotMade(t *testing.T) {
 	}
 	from := monotonic(t)
 	staysState(t, be, false, 300*time.Millisecond, "gated with no room to record a stop")
+	log.waitLaunchAfter(t, from, "gated with no room to record a stop")
 	if s := tr.Stats(); s.GateSignalErrors == before {
 		t.Errorf("no stop counted as not sent (%d before, %d after)", before, s.GateSignalErrors)
 	}
@@ -163,6 +164,7 @@ func TestUnrecordedStopNotMade(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	from = monotonic(t)
 	log.waitLaunchAfter(t, from, "after Ungate")
 	if err := g.Gate(be); err != nil {
 		t.Fatal(err)

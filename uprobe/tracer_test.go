@@ -28,6 +28,9 @@ import (
 // the workload beyond the probe cost; that every record is either read or
 // counted as dropped; and that after Close the time is back to baseline.
 func TestDropsAndOverhead(t *testing.T) {
+	// Per-call times: no daemon of another test binary may probe the
+	// same stub library meanwhile.
+	testenv.LockNodeDaemons(t)
 	r := newRig(t)
 	p := r.start(t, nil, false, "serve")
 	if l := p.line(t); l != "ready" {
@@ -137,6 +140,9 @@ func waitAccounted(t *testing.T, tr *Tracer, issued int) Stats {
 // exist only in the listed process: an unlisted process running the same
 // library keeps its unprobed per-call time and produces no events.
 func TestPIDFilterSparesOthers(t *testing.T) {
+	// Per-call times: no daemon of another test binary may probe the
+	// same stub library meanwhile.
+	testenv.LockNodeDaemons(t)
 	r := newRig(t)
 	listed := r.start(t, nil, false, "serve")
 	other := r.start(t, nil, false, "serve")

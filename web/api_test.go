@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpu-arbiter/arbiter/rego"
 )
@@ -120,7 +121,8 @@ func TestReadEndpoints(t *testing.T) {
 // TestLaunchRate: launches between two snapshots over the time between
 // them.
 func TestLaunchRate(t *testing.T) {
-	f := newFixture(t, 20, Limits{})
+	// No broadcast tick moves the rate's baseline: only this test's requests do.
+	f := newFixture(t, 20, Limits{SnapshotInterval: time.Hour})
 	f.do("GET", "/api/v1/processes", nil) // remember this snapshot
 	first := f.eng.Snapshot()
 	for range 50 {

@@ -76,11 +76,10 @@ func TestServeTCPTLS(t *testing.T) {
 		t.Helper()
 		var resp *http.Response
 		var err error
-		for range 50 { // the listener may not be up yet
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) { // the listener may not be up yet
 			if resp, err = client().Get("https://" + addr + "/api/v1/status"); err == nil {
 				break
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 		if err != nil {
 			t.Fatalf("GET over HTTPS: %v", err)

@@ -58,6 +58,9 @@ const releaseBudget = time.Second
 // stand-in's control file, so its restart path is the real one. An
 // independent tracer of the stand-in's control file sees the resume.
 func TestDaemonRestartReleases(t *testing.T) {
+	// The held workload lives through every round: no other test
+	// binary's daemon may gate it between two.
+	testenv.LockNodeDaemons(t)
 	node := newRecoverNode(t)
 	b := cudastub.ForTest(t)
 	gating := policyDir(t, map[string]string{"p.rego": testPolicy})

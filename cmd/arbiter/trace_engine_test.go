@@ -167,19 +167,28 @@ func TestTraceReplayFromStdinStopsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	flushed := make(chan struct{})
 	go func() {
 		evs := replayEvents()[:5]
 		for i := range evs {
 			_ = w.Write(&evs[i])
 		}
 		_ = w.Flush() // and then nothing: the pipe stays open
+		close(flushed)
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &traceOptions{format: "text", idleGap: trace.DefaultIdleGap, replay: stdio}
 	var stdout, stderr bytes.Buffer
 	done := make(chan error, 1)
 	go func() { done <- runTrace(ctx, o, pr, &stdout, &stderr, nil) }()
-	time.Sleep(300 * time.Millisecond)
+	// A pipe's write returns once the replay has read the bytes; a little
+	// longer, and it has decoded them too.
+	select {
+	case <-flushed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replay read nothing from its pipe within 10 s")
+	}
+	time.Sleep(100 * time.Millisecond)
 	cancel()
 	select {
 	case err := <-done:

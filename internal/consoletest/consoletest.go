@@ -169,10 +169,16 @@ func Eval[T any](t *testing.T, b *Browser, js string) T {
 	return v
 }
 
+// minWait is the least WaitFor waits: a browser on a loaded machine can
+// take seconds to draw what it draws in milliseconds on an idle one.
+const minWait = 20 * time.Second
+
 // WaitFor polls js (a boolean expression) until it holds, failing t with
-// what the page shows when it does not within timeout.
+// what the page shows when it does not within timeout (never less than
+// minWait; it returns as soon as js holds).
 func (b *Browser) WaitFor(t *testing.T, what, js string, timeout time.Duration) {
 	t.Helper()
+	timeout = max(timeout, minWait)
 	deadline := time.Now().Add(timeout)
 	for !Eval[bool](t, b, js) {
 		if time.Now().After(deadline) {
@@ -183,7 +189,7 @@ func (b *Browser) WaitFor(t *testing.T, what, js string, timeout time.Duration) 
 }
 
 // Click clicks the element sel selects, found and clicked in the page in
-// one step, waiting up to 5 s for it to exist: a table the console
+// one step, waiting for it to exist as WaitFor does: a table the console
 // redraws live can replace a row between a click by node
 // (chromedp.Click) finding it and clicking it, which then fails with
 // "Could not find node with given id".
